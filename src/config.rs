@@ -1,0 +1,390 @@
+//! Configuration: device and server settings, the connection parameters, the
+//! path-MTU and RNR-timer code tables, and their validation. Error messages
+//! match rogue's where rogue has one (its tests match substrings).
+
+use crate::error::{Error, Result};
+
+/// rogue's `DefaultMaxPayload`: bytes per receive slot.
+pub const DEFAULT_MAX_PAYLOAD: u32 = 9000;
+/// rogue's `DefaultRxQueueDepth`: number of receive slots.
+pub const DEFAULT_RX_QUEUE_DEPTH: u32 = 256;
+/// Default path MTU code (5 = 4096 bytes).
+pub const DEFAULT_PMTU: u32 = 5;
+/// rogue C++'s default min RNR timer code (1 = 0.01 ms). The pyrogue wrapper
+/// uses 12 (0.64 ms), the value proven on hardware.
+pub const DEFAULT_MIN_RNR_TIMER: u32 = 1;
+/// Largest receive queue depth accepted (hardware limits may be lower; the
+/// verbs backend also checks the device's `max_qp_wr`).
+pub const MAX_RX_QUEUE_DEPTH: u32 = 65536;
+/// Largest receive slot accepted (1 GiB).
+pub const MAX_PAYLOAD_LIMIT: u32 = 1 << 30;
+/// The UDP port of RoCEv2.
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+/// Largest 24-bit value (QPNs and PSNs are 24 bits on the wire).
+pub const MAX_24BIT: u32 = 0x00FF_FFFF;
+
+/// Path MTU (libibverbs `enum ibv_mtu` codes 1..5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Mtu {
+    /// 256 bytes (code 1)
+    Mtu256 = 1,
+    /// 512 bytes (code 2)
+    Mtu512 = 2,
+    /// 1024 bytes (code 3)
+    Mtu1024 = 3,
+    /// 2048 bytes (code 4)
+    Mtu2048 = 4,
+    /// 4096 bytes (code 5)
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Every MTU, by code.
+    pub const ALL: [Mtu; 5] = [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ];
+
+    /// The MTU for ibverbs code `code` (1..5), with rogue's error text otherwise.
+    pub fn from_code(code: u32) -> Result<Mtu> {
+        match code {
+            1..=5 => Ok(Mtu::ALL[code as usize - 1]),
+            _ => Err(Error::invalid(format!(
+                "pmtu must be in the range 1..5 (1=256 2=512 3=1024 4=2048 5=4096); got {code}"
+            ))),
+        }
+    }
+    /// The MTU whose payload size is `bytes` (256, 512, 1024, 2048, 4096).
+    pub fn from_bytes(bytes: u32) -> Option<Mtu> {
+        Mtu::ALL.into_iter().find(|m| m.bytes() == bytes)
+    }
+    /// The ibverbs code (1..5).
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+    /// Payload bytes per packet.
+    pub fn bytes(self) -> u32 {
+        128 << self.code()
+    }
+}
+
+/// IBA "Min RNR NAK Timer Field" codes (IBA vol 1, table 45), in microseconds.
+/// Code 0 is the special 655.36 ms slot.
+pub const RNR_TIMER_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+/// A min RNR NAK timer code (0..31): how long the sender waits after an RNR NAK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RnrTimer(u8);
+
+impl RnrTimer {
+    /// The timer for `code` (0..31), with a message naming the range otherwise.
+    pub fn from_code(code: u32) -> Result<RnrTimer> {
+        if code < 32 {
+            Ok(RnrTimer(code as u8))
+        } else {
+            Err(Error::invalid(format!(
+                "minRnrTimer must be an IB RNR timer code 0..31 (IBA table 45: 1=0.01 ms .. \
+                 31=491.52 ms, 0=655.36 ms); got {code}"
+            )))
+        }
+    }
+    /// The smallest code whose wait is at least `us` microseconds (code 0,
+    /// the longest wait, when `us` exceeds 491.52 ms).
+    pub fn at_least_us(us: u32) -> RnrTimer {
+        (1..32u8)
+            .find(|&c| RNR_TIMER_US[c as usize] >= us)
+            .map(RnrTimer)
+            .unwrap_or(RnrTimer(0))
+    }
+    /// The code (0..31).
+    pub fn code(self) -> u32 {
+        self.0 as u32
+    }
+    /// The wait in microseconds.
+    pub fn micros(self) -> u32 {
+        RNR_TIMER_US[self.0 as usize]
+    }
+    /// The wait in milliseconds.
+    pub fn millis(self) -> f64 {
+        self.micros() as f64 / 1000.0
+    }
+}
+
+/// Which device to open (rogue's `Core`): an ibverbs device by name, or the
+/// userspace `soft` backend bound to an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// ibverbs device name (`mlx5_0`, `rxe0`, ...), or `soft`.
+    pub name: String,
+    /// ibverbs port number (default 1).
+    pub ib_port: u8,
+    /// GID table index of the host's RoCE v2 IPv4 address (default 0). Not
+    /// checked at open (as in rogue); server creation checks it.
+    pub gid_index: u8,
+    /// Soft backend: local IPv4 address to bind (default 127.0.0.1).
+    pub bind_addr: String,
+    /// Soft backend: UDP port to bind (default 4791; 0 picks a free port).
+    pub udp_port: u16,
+}
+
+impl DeviceConfig {
+    /// Config for the ibverbs device `name` with rogue's defaults (port 1, GID index 0).
+    pub fn new(name: impl Into<String>) -> Self {
+        DeviceConfig {
+            name: name.into(),
+            ib_port: 1,
+            gid_index: 0,
+            bind_addr: "127.0.0.1".into(),
+            udp_port: ROCEV2_UDP_PORT,
+        }
+    }
+    /// Checks the fields that can be checked without a device.
+    pub fn validate(&self) -> Result<()> {
+        if self.name.is_empty() {
+            return Err(Error::invalid(
+                "device name is empty: pass an ibverbs device name (see `rocev2 info` or \
+                 `ibv_devices`) or \"soft\" for the userspace backend",
+            ));
+        }
+        if self.ib_port == 0 {
+            return Err(Error::invalid("ib_port must be >= 1 (ibverbs ports count from 1); got 0"));
+        }
+        Ok(())
+    }
+}
+
+/// Server settings (slab geometry and receive-thread tuning).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Bytes per receive slot: the largest frame the FPGA may send (default 9000).
+    pub max_payload: u32,
+    /// Number of receive slots, each a posted receive (default 256).
+    pub rx_queue_depth: u32,
+    /// How long the receive thread busy-polls an empty completion queue before
+    /// it arms the completion channel and blocks, in microseconds (default 50;
+    /// 0 blocks at once: lowest CPU, highest wake-up latency).
+    pub spin_us: u32,
+    /// How long `stop` waits for a frame callback that is still running before
+    /// it detaches the receive thread instead of joining it, in milliseconds
+    /// (default 5000).
+    pub stop_timeout_ms: u32,
+    /// Pin the receive thread to this CPU (default: not pinned).
+    pub cpu_affinity: Option<u32>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            rx_queue_depth: DEFAULT_RX_QUEUE_DEPTH,
+            spin_us: 50,
+            stop_timeout_ms: 5000,
+            cpu_affinity: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Total slab size in bytes (may exceed 4 GiB: see [`ServerConfig::validate`]).
+    pub fn slab_bytes(&self) -> u64 {
+        self.max_payload as u64 * self.rx_queue_depth as u64
+    }
+    /// Checks ranges; the slab must fit the FPGA's 32-bit MR length field.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_payload == 0 || self.max_payload > MAX_PAYLOAD_LIMIT {
+            return Err(Error::invalid(format!(
+                "maxPayload must be in the range 1..{MAX_PAYLOAD_LIMIT} bytes; got {}",
+                self.max_payload
+            )));
+        }
+        if self.rx_queue_depth == 0 || self.rx_queue_depth > MAX_RX_QUEUE_DEPTH {
+            return Err(Error::invalid(format!(
+                "rxQueueDepth must be in the range 1..{MAX_RX_QUEUE_DEPTH}; got {}",
+                self.rx_queue_depth
+            )));
+        }
+        let slab = self.slab_bytes();
+        if slab > u32::MAX as u64 {
+            return Err(Error::invalid(format!(
+                "RX slab too large: {} * {} = {slab} exceeds 4 GiB (the FPGA's MR length field is \
+                 32 bits): reduce maxPayload or rxQueueDepth",
+                self.rx_queue_depth, self.max_payload
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What `complete_connection` needs from the FPGA side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectParams {
+    /// The FPGA's QP number (24 bits).
+    pub fpga_qpn: u32,
+    /// The first PSN the FPGA's SENDs carry: the host QP's RTR `rq_psn`.
+    /// rogue calls it `fpgaRqPsn`; surf programs the FPGA's send PSN with the
+    /// host SQ PSN, so pass [`HostParams::sq_psn`](crate::HostParams) (the
+    /// default of every wrapper in this project).
+    pub fpga_rq_psn: u32,
+    /// Path MTU.
+    pub pmtu: Mtu,
+    /// Min RNR NAK timer the host advertises.
+    pub min_rnr_timer: RnrTimer,
+}
+
+impl ConnectParams {
+    /// Validated params from raw values (rogue's `completeConnection` argument checks).
+    pub fn new(fpga_qpn: u32, fpga_rq_psn: u32, pmtu: u32, min_rnr_timer: u32) -> Result<Self> {
+        let pmtu = Mtu::from_code(pmtu)?;
+        let min_rnr_timer = RnrTimer::from_code(min_rnr_timer)?;
+        if fpga_qpn > MAX_24BIT {
+            return Err(Error::invalid(format!(
+                "fpgaQpn must be a 24-bit QP number (0..0xffffff); got {fpga_qpn:#x}"
+            )));
+        }
+        if fpga_rq_psn > MAX_24BIT {
+            return Err(Error::invalid(format!(
+                "fpgaRqPsn must be a 24-bit PSN (0..0xffffff); got {fpga_rq_psn:#x}"
+            )));
+        }
+        Ok(ConnectParams {
+            fpga_qpn,
+            fpga_rq_psn,
+            pmtu,
+            min_rnr_timer,
+        })
+    }
+}
+
+/// The host parameters the FPGA is programmed with (rogue's getters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostParams {
+    /// Host QP number (24 bits).
+    pub qpn: u32,
+    /// Host receive PSN (rogue `getRqPsn`); surf programs it as the FPGA's rq_psn.
+    pub rq_psn: u32,
+    /// Host send PSN (rogue `getSqPsn`); surf programs it as the FPGA's sq_psn,
+    /// so the FPGA's SENDs start here.
+    pub sq_psn: u32,
+    /// MR (slab) virtual address.
+    pub mr_addr: u64,
+    /// MR length in bytes (max_payload * rx_queue_depth, < 2^32).
+    pub mr_len: u32,
+    /// MR rkey (the MR grants no remote access; informational).
+    pub mr_rkey: u32,
+    /// Host GID.
+    pub gid: crate::Gid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_codes_and_bytes() {
+        let table = [(1, 256), (2, 512), (3, 1024), (4, 2048), (5, 4096)];
+        for (code, bytes) in table {
+            let m = Mtu::from_code(code).unwrap();
+            assert_eq!(m.code(), code);
+            assert_eq!(m.bytes(), bytes);
+            assert_eq!(Mtu::from_bytes(bytes), Some(m));
+        }
+        for bad in [0, 6, 7, 255, u32::MAX] {
+            let e = Mtu::from_code(bad).unwrap_err();
+            assert_eq!(
+                e.message(),
+                format!("pmtu must be in the range 1..5 (1=256 2=512 3=1024 4=2048 5=4096); got {bad}")
+            );
+        }
+        assert_eq!(Mtu::from_bytes(1500), None);
+    }
+
+    #[test]
+    fn rnr_timer_table_matches_iba_table_45() {
+        // Spot values from the spec table and rogue's RoCEv2RnrTimer names.
+        let spot = [(0, 655.36), (1, 0.01), (5, 0.06), (12, 0.64), (14, 1.28), (31, 491.52)];
+        for (code, ms) in spot {
+            assert!((RnrTimer::from_code(code).unwrap().millis() - ms).abs() < 1e-9);
+        }
+        // Codes 1..31 strictly increase.
+        for c in 2..32 {
+            assert!(RNR_TIMER_US[c] > RNR_TIMER_US[c - 1]);
+        }
+        for c in 0..32 {
+            assert_eq!(RnrTimer::from_code(c).unwrap().code(), c);
+        }
+        let e = RnrTimer::from_code(32).unwrap_err();
+        assert!(e.message().contains("0..31"), "{e}");
+        assert!(e.message().ends_with("got 32"), "{e}");
+    }
+
+    #[test]
+    fn rnr_timer_at_least() {
+        assert_eq!(RnrTimer::at_least_us(0).code(), 1);
+        assert_eq!(RnrTimer::at_least_us(10).code(), 1);
+        assert_eq!(RnrTimer::at_least_us(11).code(), 2);
+        assert_eq!(RnrTimer::at_least_us(640).code(), 12);
+        assert_eq!(RnrTimer::at_least_us(491_520).code(), 31);
+        assert_eq!(RnrTimer::at_least_us(491_521).code(), 0);
+    }
+
+    #[test]
+    fn server_config_validation() {
+        assert!(ServerConfig::default().validate().is_ok());
+        let c = ServerConfig {
+            max_payload: 0,
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().message().contains("maxPayload"));
+        let c = ServerConfig {
+            rx_queue_depth: 0,
+            ..Default::default()
+        };
+        assert!(c.validate().unwrap_err().message().contains("rxQueueDepth"));
+        // Exactly 4 GiB - 1 passes... 65535 * 65537 = 2^32 - 1.
+        let c = ServerConfig {
+            max_payload: 65537,
+            rx_queue_depth: 65535,
+            ..Default::default()
+        };
+        assert_eq!(c.slab_bytes(), u32::MAX as u64);
+        assert!(c.validate().is_ok());
+        // ... and 4 GiB fails with rogue's text.
+        let c = ServerConfig {
+            max_payload: 65536,
+            rx_queue_depth: 65536,
+            ..Default::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(e.message().starts_with("RX slab too large: 65536 * 65536 = 4294967296 exceeds 4 GiB"), "{e}");
+    }
+
+    #[test]
+    fn connect_params_validation() {
+        let p = ConnectParams::new(0x12, 0xabcdef, 5, 12).unwrap();
+        assert_eq!(p.pmtu, Mtu::Mtu4096);
+        assert_eq!(p.min_rnr_timer.code(), 12);
+        assert!(ConnectParams::new(0x1000000, 0, 5, 1).unwrap_err().message().contains("fpgaQpn"));
+        assert!(ConnectParams::new(1, 0x1000000, 5, 1).unwrap_err().message().contains("fpgaRqPsn"));
+        assert!(ConnectParams::new(1, 0, 0, 1).unwrap_err().message().contains("pmtu must be in the range 1..5"));
+        assert!(ConnectParams::new(1, 0, 5, 99).unwrap_err().message().contains("minRnrTimer"));
+    }
+
+    #[test]
+    fn device_config_validation() {
+        let d = DeviceConfig::new("rxe0");
+        assert_eq!((d.ib_port, d.gid_index, d.udp_port), (1, 0, 4791));
+        assert!(d.validate().is_ok());
+        assert!(DeviceConfig::new("").validate().is_err());
+        let mut d = DeviceConfig::new("mlx5_0");
+        d.ib_port = 0;
+        assert!(d.validate().unwrap_err().message().contains("ib_port"));
+    }
+}

@@ -1,0 +1,345 @@
+//! Memory and file descriptors shared with the kernel: the receive slab (memory
+//! the NIC or the soft backend writes and consumers read in place), its loan
+//! table, the eventfd that wakes the receive thread, CPU pinning and entropy.
+//!
+//! The slab hands out slot memory only under the loan discipline kept here, so
+//! every other module reads and writes slots through safe methods.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Slab alignment: page size, as the NIC and rogue expect.
+pub const SLAB_ALIGN: usize = 4096;
+
+/// `rx_queue_depth` slots of `slot_size` bytes in one page-aligned, zeroed
+/// allocation, plus a per-slot loan state `generation << 1 | loaned`.
+///
+/// A slot is either *owned by the receiver* (posted to the NIC, or waiting to
+/// be re-posted) or *loaned* to a consumer under a generation number. Only a
+/// loaned slot may be read through [`Slab::loaned`]; only a slot that is not
+/// loaned may be written through [`Slab::write_slot`].
+pub struct Slab {
+    mem: NonNull<u8>,
+    layout: Layout,
+    slot_size: u32,
+    slots: u32,
+    state: Box<[AtomicU64]>,
+}
+
+// SAFETY: the slab is plain memory; concurrent access is governed by the loan
+// states (atomics): readers only see loaned slots, the single writer (the
+// receive thread or the NIC) only slots that are not loaned.
+unsafe impl Send for Slab {}
+// SAFETY: as above; every method takes &self and synchronises through `state`.
+unsafe impl Sync for Slab {}
+
+impl Slab {
+    /// Allocates `slots * slot_size` zeroed bytes, page aligned.
+    pub fn new(slot_size: u32, slots: u32) -> Result<Slab> {
+        let bytes = slot_size as usize * slots as usize;
+        if bytes == 0 {
+            return Err(Error::invalid("slab size must be non-zero"));
+        }
+        let rounded = bytes.div_ceil(SLAB_ALIGN) * SLAB_ALIGN;
+        let layout = Layout::from_size_align(rounded, SLAB_ALIGN)
+            .map_err(|e| Error::invalid(format!("slab layout {rounded} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let mem = NonNull::new(ptr).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NoMemory,
+                format!("Failed to allocate RX slab ({bytes} bytes)"),
+            )
+        })?;
+        let state = (0..slots).map(|_| AtomicU64::new(0)).collect();
+        Ok(Slab {
+            mem,
+            layout,
+            slot_size,
+            slots,
+            state,
+        })
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> u32 {
+        self.slot_size
+    }
+    /// Number of slots.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+    /// Length of the registered region: `slots * slot_size`.
+    pub fn len(&self) -> u64 {
+        self.slot_size as u64 * self.slots as u64
+    }
+    /// Always false: a slab has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// Virtual address of the slab (the MR address).
+    pub fn base_addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+    /// Raw base pointer, for registering the region with the NIC.
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.mem.as_ptr()
+    }
+    /// Virtual address of `slot` (for a receive SGE).
+    pub fn slot_addr(&self, slot: u32) -> u64 {
+        assert!(slot < self.slots, "slot {slot} out of range ({})", self.slots);
+        self.base_addr() + slot as u64 * self.slot_size as u64
+    }
+
+    /// Marks the receiver-owned `slot` loaned; returns the loan's generation
+    /// (never 0), or `None` if the slot is out of range or already loaned.
+    pub fn loan(&self, slot: u32) -> Option<u32> {
+        let st = self.state.get(slot as usize)?;
+        let cur = st.load(Ordering::Acquire);
+        if cur & 1 == 1 {
+            return None;
+        }
+        let mut gen = ((cur >> 1) as u32).wrapping_add(1);
+        if gen == 0 {
+            gen = 1;
+        }
+        st.compare_exchange(cur, ((gen as u64) << 1) | 1, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| gen)
+    }
+
+    /// Ends the loan `(slot, gen)`; false if it is not loaned under that generation.
+    pub fn release(&self, slot: u32, gen: u32) -> bool {
+        match self.state.get(slot as usize) {
+            Some(st) => st
+                .compare_exchange(
+                    ((gen as u64) << 1) | 1,
+                    (gen as u64) << 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok(),
+            None => false,
+        }
+    }
+
+    /// True while `(slot, gen)` is on loan.
+    pub fn is_loaned(&self, slot: u32, gen: u32) -> bool {
+        self.state
+            .get(slot as usize)
+            .map(|st| st.load(Ordering::Acquire) == ((gen as u64) << 1) | 1)
+            .unwrap_or(false)
+    }
+
+    /// Number of slots currently on loan.
+    pub fn loans_outstanding(&self) -> u32 {
+        self.state
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) & 1 == 1)
+            .count() as u32
+    }
+
+    /// The first `len` bytes of loaned slot `(slot, gen)`, or `None` if that loan
+    /// is not live or `len` exceeds the slot.
+    pub fn loaned(&self, slot: u32, gen: u32, len: u32) -> Option<&[u8]> {
+        if len > self.slot_size || !self.is_loaned(slot, gen) {
+            return None;
+        }
+        // SAFETY: slot < slots (is_loaned checked the index) and len <= slot_size,
+        // so the range lies inside the allocation. The slot is loaned: the NIC
+        // and the receive thread do not write it until the loan is released, and
+        // the loan is released only by consuming the `Frame` (or token) that
+        // borrows this slice.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                self.mem.as_ptr().add(slot as usize * self.slot_size as usize),
+                len as usize,
+            )
+        })
+    }
+
+    /// Runs `f` on the whole of receiver-owned `slot` (the soft backend's copy
+    /// from the socket). Returns `None` if the slot is out of range or loaned.
+    /// Only the receive thread calls this, so there is a single writer.
+    pub fn write_slot<R>(&self, slot: u32, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        let st = self.state.get(slot as usize)?;
+        if st.load(Ordering::Acquire) & 1 == 1 {
+            return None;
+        }
+        // SAFETY: slot is in range; it is not loaned, so no consumer holds a
+        // slice of it, and the receive thread is its only writer.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.mem.as_ptr().add(slot as usize * self.slot_size as usize),
+                self.slot_size as usize,
+            )
+        };
+        Some(f(buf))
+    }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout, freed once.
+        unsafe { dealloc(self.mem.as_ptr(), self.layout) }
+    }
+}
+
+/// A non-blocking eventfd: the receive thread's wake-up line.
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new non-blocking, close-on-exec eventfd.
+    pub fn new() -> Result<EventFd> {
+        // SAFETY: plain syscall with constant flags; the returned fd is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::io("eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+    /// Makes the fd readable (never blocks).
+    pub fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our own fd; EAGAIN (counter
+        // saturated) means it is readable already, which is all we want.
+        unsafe { libc::write(self.0.as_raw_fd(), &one as *const u64 as *const _, 8) };
+    }
+    /// Clears the readable state (never blocks).
+    pub fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our own non-blocking fd.
+        unsafe { libc::read(self.0.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+    }
+    /// The raw fd, for poll().
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Blocks until one of `fds` is readable (or a signal interrupts); returns which
+/// of them are readable. `timeout_ms` < 0 waits forever.
+pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: pfds is a valid array of pfds.len() pollfd structs.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(Error::io("poll", err));
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: u32) -> Result<()> {
+    if cpu as usize >= libc::CPU_SETSIZE as usize {
+        return Err(Error::invalid(format!(
+            "cpu_affinity must be below {}; got {cpu}",
+            libc::CPU_SETSIZE
+        )));
+    }
+    // SAFETY: cpu_set_t is a plain bit set; zeroed is its empty value, CPU_SET
+    // writes inside it (index checked above), and sched_setaffinity(0) reads it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        return Err(Error::io(
+            &format!("sched_setaffinity(cpu {cpu})"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// A random 32-bit value from the kernel (getrandom), for PSNs and QPNs.
+pub fn random_u32() -> u32 {
+    let mut v: u32 = 0;
+    // SAFETY: writes at most 4 bytes into a valid u32.
+    let n = unsafe { libc::getrandom(&mut v as *mut u32 as *mut _, 4, 0) };
+    if n != 4 {
+        // getrandom cannot fail for 4 bytes after boot; fall back to std's
+        // per-process random hash keys rather than a constant.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        v = h.finish() as u32;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slab_geometry_and_alignment() {
+        let s = Slab::new(9000, 3).unwrap();
+        assert_eq!(s.base_addr() % SLAB_ALIGN as u64, 0);
+        assert_eq!(s.len(), 27000);
+        assert_eq!(s.slot_addr(2) - s.base_addr(), 18000);
+        assert!(Slab::new(0, 3).is_err());
+    }
+
+    #[test]
+    fn loan_release_generations() {
+        let s = Slab::new(64, 2).unwrap();
+        s.write_slot(1, |b| b[..3].copy_from_slice(b"abc")).unwrap();
+        let g1 = s.loan(1).unwrap();
+        assert_eq!(s.loan(1), None, "double loan refused");
+        assert!(s.write_slot(1, |_| ()).is_none(), "no writes while loaned");
+        assert_eq!(s.loaned(1, g1, 3).unwrap(), b"abc");
+        assert!(s.loaned(1, g1, 65).is_none());
+        assert!(s.loaned(1, g1 + 1, 3).is_none());
+        assert_eq!(s.loans_outstanding(), 1);
+        assert!(!s.release(1, g1 + 1), "wrong generation");
+        assert!(s.release(1, g1));
+        assert!(!s.release(1, g1), "double release");
+        assert!(s.loaned(1, g1, 3).is_none());
+        let g2 = s.loan(1).unwrap();
+        assert_ne!(g1, g2);
+        assert!(!s.release(1, g1), "stale token");
+        assert!(!s.release(7, 1), "out of range");
+        assert_eq!(s.loan(7), None);
+        assert_eq!(s.loans_outstanding(), 1);
+    }
+
+    #[test]
+    fn eventfd_signal_and_poll() {
+        let e = EventFd::new().unwrap();
+        assert_eq!(poll_readable(&[e.raw()], 0).unwrap(), vec![false]);
+        e.signal();
+        e.signal();
+        assert_eq!(poll_readable(&[e.raw()], 0).unwrap(), vec![true]);
+        e.drain();
+        assert_eq!(poll_readable(&[e.raw()], 0).unwrap(), vec![false]);
+    }
+
+    #[test]
+    fn random_values_vary() {
+        let v: Vec<u32> = (0..8).map(|_| random_u32()).collect();
+        assert!(v.windows(2).any(|w| w[0] != w[1]));
+    }
+
+    #[test]
+    fn pin_rejects_out_of_range_cpu() {
+        assert!(pin_current_thread(100_000).is_err());
+    }
+}

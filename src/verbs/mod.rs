@@ -1,0 +1,667 @@
+//! The libibverbs backend (hardware RoCE NICs such as mlx5, or the kernel's
+//! Soft-RoCE rxe). The only module that uses rdma-sys.
+//!
+//! Least privilege: the MR is registered with `IBV_ACCESS_LOCAL_WRITE` only and
+//! the QP grants no remote access (`qp_access_flags = 0`, no RDMA READ
+//! responder resources). A SEND receiver needs none: the NIC writes incoming
+//! SENDs into *posted receive buffers* under the local key, so a peer can never
+//! address host memory directly (rogue's Server.cpp also grants REMOTE_WRITE
+//! and REMOTE_READ; rocev2 does not).
+
+use std::ffi::CStr;
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+use crate::config::{ConnectParams, MAX_24BIT};
+use crate::error::{Error, ErrorKind, Result};
+use crate::gid::Gid;
+use crate::server::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
+use crate::sys::{poll_readable, Slab};
+
+fn errno_text() -> String {
+    std::io::Error::last_os_error().to_string()
+}
+
+/// An open ibverbs device and its protection domain (rogue's `Core`).
+pub struct VerbsDevice {
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    name: String,
+    ib_port: u8,
+    gid_index: u8,
+}
+
+// SAFETY: ibverbs contexts and PDs may be used from any thread (libibverbs
+// serialises internally); this type only hands the pointers to verbs calls.
+unsafe impl Send for VerbsDevice {}
+// SAFETY: as above.
+unsafe impl Sync for VerbsDevice {}
+
+/// RAII for `ibv_get_device_list`.
+struct DeviceList {
+    list: *mut *mut ibv_device,
+    len: usize,
+}
+
+impl DeviceList {
+    fn get() -> DeviceList {
+        let mut n: i32 = 0;
+        // SAFETY: n is a valid out-pointer; a NULL list is handled below.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        DeviceList {
+            list,
+            len: if list.is_null() { 0 } else { n.max(0) as usize },
+        }
+    }
+    fn devices(&self) -> Vec<(String, *mut ibv_device)> {
+        (0..self.len)
+            .map(|i| {
+                // SAFETY: i < len entries of a list returned by ibv_get_device_list;
+                // ibv_get_device_name returns a NUL-terminated string owned by it.
+                unsafe {
+                    let dev = *self.list.add(i);
+                    let name = CStr::from_ptr(ibv_get_device_name(dev));
+                    (name.to_string_lossy().into_owned(), dev)
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        if !self.list.is_null() {
+            // SAFETY: list came from ibv_get_device_list and is freed once.
+            unsafe { ibv_free_device_list(self.list) };
+        }
+    }
+}
+
+/// The names of the ibverbs devices on this host.
+pub fn device_names() -> Vec<String> {
+    DeviceList::get().devices().into_iter().map(|(n, _)| n).collect()
+}
+
+/// One GID table entry.
+#[derive(Debug, Clone)]
+pub struct GidEntry {
+    /// Table index.
+    pub index: u32,
+    /// The GID.
+    pub gid: Gid,
+    /// sysfs type ("RoCE v2", "IB/RoCE v1"), empty when unknown.
+    pub kind: String,
+}
+
+/// One port of a device.
+#[derive(Debug, Clone)]
+pub struct PortInfo {
+    /// Port number.
+    pub port: u8,
+    /// Port state text (PORT_ACTIVE, PORT_DOWN, ...).
+    pub state: String,
+    /// Active path MTU in bytes.
+    pub active_mtu: u32,
+    /// Non-zero GID entries.
+    pub gids: Vec<GidEntry>,
+}
+
+/// A device and its ports (for `rocev2 info`).
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// Device name.
+    pub name: String,
+    /// Firmware version.
+    pub fw_ver: String,
+    /// Max receive WRs per QP.
+    pub max_qp_wr: u32,
+    /// Ports.
+    pub ports: Vec<PortInfo>,
+}
+
+/// Describes every device on this host.
+pub fn list_devices() -> Vec<Result<DeviceInfo>> {
+    device_names()
+        .into_iter()
+        .map(|name| {
+            let dev = VerbsDevice::open(&name, 1, 0)?;
+            dev.describe()
+        })
+        .collect()
+}
+
+impl VerbsDevice {
+    /// Finds and opens device `name` and allocates its PD. The GID index is not
+    /// validated here (rogue's Core does not either).
+    pub fn open(name: &str, ib_port: u8, gid_index: u8) -> Result<VerbsDevice> {
+        let list = DeviceList::get();
+        let devices = list.devices();
+        if devices.is_empty() {
+            return Err(Error::new(
+                ErrorKind::NoDevice,
+                "No RDMA devices found on this host",
+            ));
+        }
+        let Some(&(_, dev)) = devices.iter().find(|(n, _)| n == name) else {
+            let names: Vec<&str> = devices.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(Error::new(
+                ErrorKind::DeviceNotFound,
+                format!(
+                    "RDMA device '{name}' not found (devices on this host: {})",
+                    names.join(", ")
+                ),
+            ));
+        };
+        // SAFETY: dev is an entry of the live device list.
+        let ctx = unsafe { ibv_open_device(dev) };
+        drop(list);
+        if ctx.is_null() {
+            return Err(Error::device(format!(
+                "Failed to open RDMA device '{name}': {} (check permissions on /dev/infiniband)",
+                errno_text()
+            )));
+        }
+        // SAFETY: ctx is an open context.
+        let pd = unsafe { ibv_alloc_pd(ctx) };
+        if pd.is_null() {
+            let why = errno_text();
+            // SAFETY: ctx is open and closed once here.
+            unsafe { ibv_close_device(ctx) };
+            return Err(Error::device(format!(
+                "Failed to allocate protection domain on '{name}': {why}"
+            )));
+        }
+        log::info!("Opened RoCEv2 device '{name}', port {ib_port}, GID index {gid_index}");
+        Ok(VerbsDevice {
+            ctx,
+            pd,
+            name: name.to_string(),
+            ib_port,
+            gid_index,
+        })
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The port the server uses.
+    pub fn ib_port(&self) -> u8 {
+        self.ib_port
+    }
+    /// The GID index the server uses.
+    pub fn gid_index(&self) -> u8 {
+        self.gid_index
+    }
+
+    fn device_attr(&self) -> Result<ibv_device_attr> {
+        // SAFETY: ibv_device_attr is plain data; zeroed is a valid value.
+        let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx is open; attr is a valid out-pointer.
+        if unsafe { ibv_query_device(self.ctx, &mut attr) } != 0 {
+            return Err(Error::device(format!(
+                "ibv_query_device failed on '{}': {}",
+                self.name,
+                errno_text()
+            )));
+        }
+        Ok(attr)
+    }
+
+    fn port_attr(&self, port: u8) -> Result<ibv_port_attr> {
+        // SAFETY: ibv_port_attr is plain data; zeroed is a valid value.
+        let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx is open; attr is a valid out-pointer of the full size.
+        if unsafe { ___ibv_query_port(self.ctx, port, &mut attr) } != 0 {
+            return Err(Error::device(format!(
+                "ibv_query_port failed on '{}' port {port}: {}",
+                self.name,
+                errno_text()
+            )));
+        }
+        Ok(attr)
+    }
+
+    /// Queries GID `index` of `port`; `Err` when the query fails.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        let mut gid = ibv_gid { raw: [0; 16] };
+        // SAFETY: ctx is open; gid is a valid out-pointer.
+        let rc = unsafe { ibv_query_gid(self.ctx, port, index as i32, &mut gid) };
+        if rc != 0 {
+            return Err(Error::device(format!(
+                "ibv_query_gid failed for gidIndex={index} on device '{}' port {port}: {} \
+                 (list the GID table with `rocev2 info` or `ibv_devinfo -v -d {}`)",
+                self.name,
+                errno_text(),
+                self.name
+            )));
+        }
+        // SAFETY: every bit pattern of the union is a valid [u8; 16].
+        Ok(Gid(unsafe { gid.raw }))
+    }
+
+    fn describe(&self) -> Result<DeviceInfo> {
+        let attr = self.device_attr()?;
+        // SAFETY: fw_ver is a NUL-terminated C string inside the struct.
+        let fw_ver = unsafe { CStr::from_ptr(attr.fw_ver.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let mut ports = Vec::new();
+        for port in 1..=attr.phys_port_cnt {
+            let pa = self.port_attr(port)?;
+            // SAFETY: returns a static string for any state value.
+            let state = unsafe { CStr::from_ptr(ibv_port_state_str(pa.state)) }
+                .to_string_lossy()
+                .into_owned();
+            let types = format!("/sys/class/infiniband/{}/ports/{port}/gid_attrs/types", self.name);
+            let gids = (0..pa.gid_tbl_len.max(0) as u32)
+                .filter_map(|i| {
+                    let gid = self.query_gid(port, i).ok()?;
+                    (!gid.is_zero()).then(|| GidEntry {
+                        index: i,
+                        gid,
+                        kind: std::fs::read_to_string(format!("{types}/{i}"))
+                            .map(|s| s.trim().to_string())
+                            .unwrap_or_default(),
+                    })
+                })
+                .collect();
+            ports.push(PortInfo {
+                port,
+                state,
+                active_mtu: crate::config::Mtu::from_code(pa.active_mtu)
+                    .map(|m| m.bytes())
+                    .unwrap_or(0),
+                gids,
+            });
+        }
+        Ok(DeviceInfo {
+            name: self.name.clone(),
+            fw_ver,
+            max_qp_wr: attr.max_qp_wr.max(0) as u32,
+            ports,
+        })
+    }
+}
+
+impl Drop for VerbsDevice {
+    fn drop(&mut self) {
+        // SAFETY: pd and ctx were created in open and are released once, PD
+        // first; every server holds an Arc to this device, so none is alive.
+        unsafe {
+            ibv_dealloc_pd(self.pd);
+            ibv_close_device(self.ctx);
+        }
+    }
+}
+
+/// One RC QP with its CQ, completion channel and MR over the server's slab.
+pub(crate) struct VerbsBackend {
+    dev: Arc<VerbsDevice>,
+    mr: *mut ibv_mr,
+    channel: *mut ibv_comp_channel,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    gid: Gid,
+    slab_base: u64,
+    slot_size: u32,
+    slots: u32,
+    unacked_events: u32,
+    wcs: Vec<ibv_wc>,
+    sges: Vec<ibv_sge>,
+    wrs: Vec<ibv_recv_wr>,
+}
+
+// SAFETY: the backend is used by one thread at a time (the creator, then the
+// receive thread); ibverbs objects may move between threads.
+unsafe impl Send for VerbsBackend {}
+
+impl VerbsBackend {
+    /// MR, completion channel, CQ, RC QP -> INIT and the GID check, all on `dev`.
+    /// Everything created so far is released on failure (Drop handles nulls).
+    pub(crate) fn create(dev: Arc<VerbsDevice>, slab: &Slab) -> Result<VerbsBackend> {
+        let depth = slab.slots();
+        let attr = dev.device_attr()?;
+        if depth > attr.max_qp_wr.max(0) as u32 || depth > attr.max_cqe.max(0) as u32 {
+            return Err(Error::invalid(format!(
+                "rxQueueDepth {depth} exceeds what device '{}' supports (max_qp_wr {}, max_cqe {})",
+                dev.name, attr.max_qp_wr, attr.max_cqe
+            )));
+        }
+        let mut b = VerbsBackend {
+            dev,
+            mr: ptr::null_mut(),
+            channel: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            qp: ptr::null_mut(),
+            gid: Gid::default(),
+            slab_base: slab.base_addr(),
+            slot_size: slab.slot_size(),
+            slots: depth,
+            unacked_events: 0,
+            // SAFETY: ibv_wc is plain data; zeroed is valid.
+            wcs: (0..POLL_BATCH).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            sges: Vec::with_capacity(depth as usize),
+            wrs: Vec::with_capacity(depth as usize),
+        };
+        let name = b.dev.name.clone();
+        // SAFETY: the slab outlives this backend (the server core drops the
+        // backend before the slab); pd is live.
+        b.mr = unsafe {
+            ibv_reg_mr(
+                b.dev.pd,
+                slab.base_ptr() as *mut _,
+                slab.len() as usize,
+                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+            )
+        };
+        if b.mr.is_null() {
+            return Err(Error::device(format!(
+                "ibv_reg_mr failed on '{name}' ({} bytes): {} (raise `ulimit -l`, the locked-memory limit)",
+                slab.len(),
+                errno_text()
+            )));
+        }
+        // SAFETY: ctx is live.
+        b.channel = unsafe { ibv_create_comp_channel(b.dev.ctx) };
+        if b.channel.is_null() {
+            return Err(Error::device(format!(
+                "ibv_create_comp_channel failed on '{name}': {}",
+                errno_text()
+            )));
+        }
+        // SAFETY: channel is live; fcntl on its fd.
+        let fd = unsafe { (*b.channel).fd };
+        // SAFETY: F_GETFL/F_SETFL on a valid fd.
+        let ok = unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
+        };
+        if !ok {
+            return Err(Error::io(
+                "setting the completion channel non-blocking",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: ctx and channel are live.
+        b.cq = unsafe { ibv_create_cq(b.dev.ctx, depth as i32, ptr::null_mut(), b.channel, 0) };
+        if b.cq.is_null() {
+            return Err(Error::device(format!(
+                "ibv_create_cq ({depth} entries) failed on '{name}': {}",
+                errno_text()
+            )));
+        }
+        // SAFETY: ibv_qp_init_attr is plain data; zeroed is valid.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.qp_type = ibv_qp_type::IBV_QPT_RC;
+        init.sq_sig_all = 0;
+        init.send_cq = b.cq;
+        init.recv_cq = b.cq;
+        init.cap.max_recv_wr = depth;
+        init.cap.max_send_wr = 1;
+        init.cap.max_recv_sge = 1;
+        init.cap.max_send_sge = 1;
+        // SAFETY: pd and cq are live; init is valid.
+        b.qp = unsafe { ibv_create_qp(b.dev.pd, &mut init) };
+        if b.qp.is_null() {
+            return Err(Error::device(format!(
+                "ibv_create_qp (RC) failed on '{name}': {}",
+                errno_text()
+            )));
+        }
+        // RESET -> INIT, no remote access rights.
+        // SAFETY: ibv_qp_attr is plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        qa.pkey_index = 0;
+        qa.port_num = b.dev.ib_port;
+        qa.qp_access_flags = 0;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE
+            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
+            | ibv_qp_attr_mask::IBV_QP_PORT
+            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS;
+        b.modify(&mut qa, mask, "QP RESET→INIT failed")?;
+        let gid = b.dev.query_gid(b.dev.ib_port, b.dev.gid_index as u32)?;
+        if gid.is_zero() {
+            return Err(Error::device(format!(
+                "GID query returned all-zero for gidIndex={} on device '{name}' (likely \
+                 out-of-range; rdma_rxe does not validate gidIndex and returns an empty GID for \
+                 unused slots): pick a populated index from `rocev2 info`",
+                b.dev.gid_index
+            )));
+        }
+        b.gid = gid;
+        Ok(b)
+    }
+
+    fn modify(&mut self, attr: &mut ibv_qp_attr, mask: ibv_qp_attr_mask, what: &str) -> Result<()> {
+        // SAFETY: qp is live and attr valid for the fields named in mask.
+        let rc = unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) };
+        if rc != 0 {
+            return Err(Error::device(format!(
+                "{what} on device '{}': {}",
+                self.dev.name,
+                std::io::Error::from_raw_os_error(rc)
+            )));
+        }
+        Ok(())
+    }
+
+    fn status_text(status: ibv_wc_status::Type) -> &'static str {
+        // SAFETY: libibverbs returns a pointer to a static string for any value.
+        unsafe { CStr::from_ptr(ibv_wc_status_str(status)) }
+            .to_str()
+            .unwrap_or("unknown status")
+    }
+}
+
+impl Backend for VerbsBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            // SAFETY: qp is live.
+            qpn: unsafe { (*self.qp).qp_num } & MAX_24BIT,
+            gid: self.gid,
+            // SAFETY: mr is live.
+            rkey: unsafe { (*self.mr).rkey },
+        }
+    }
+
+    fn post_recv(&mut self, slots: &[u32]) -> Result<()> {
+        if slots.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: mr is live.
+        let lkey = unsafe { (*self.mr).lkey };
+        self.sges.clear();
+        self.wrs.clear();
+        for &slot in slots {
+            if slot >= self.slots {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("slot={slot} out of range (numBufs={})", self.slots),
+                ));
+            }
+            self.sges.push(ibv_sge {
+                addr: self.slab_base + slot as u64 * self.slot_size as u64,
+                length: self.slot_size,
+                lkey,
+            });
+        }
+        for (i, &slot) in slots.iter().enumerate() {
+            self.wrs.push(ibv_recv_wr {
+                wr_id: slot as u64,
+                next: ptr::null_mut(),
+                sg_list: &mut self.sges[i],
+                num_sge: 1,
+            });
+        }
+        // Chain the WRs (the vector does not reallocate: capacity = depth).
+        let base = self.wrs.as_mut_ptr();
+        for i in 0..self.wrs.len() - 1 {
+            // SAFETY: i + 1 < len; pointers into the same live vector.
+            unsafe { (*base.add(i)).next = base.add(i + 1) };
+        }
+        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+        // SAFETY: qp is live; the chain and its SGEs live until the call returns
+        // (the provider copies them into the receive queue).
+        let rc = unsafe { ibv_post_recv(self.qp, base, &mut bad) };
+        if rc != 0 {
+            return Err(Error::device(format!(
+                "ibv_post_recv failed ({} slots) on '{}': {}",
+                slots.len(),
+                self.dev.name,
+                std::io::Error::from_raw_os_error(rc)
+            )));
+        }
+        Ok(())
+    }
+
+    fn connect(&mut self, p: &ConnectParams, fpga_gid: Gid, sq_psn: u32) -> Result<()> {
+        // INIT -> RTR
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        qa.path_mtu = p.pmtu.code();
+        qa.dest_qp_num = p.fpga_qpn;
+        qa.rq_psn = p.fpga_rq_psn;
+        qa.max_dest_rd_atomic = 0;
+        qa.min_rnr_timer = p.min_rnr_timer.code() as u8;
+        qa.ah_attr.is_global = 1;
+        qa.ah_attr.grh.dgid = ibv_gid { raw: fpga_gid.0 };
+        qa.ah_attr.grh.sgid_index = self.dev.gid_index;
+        qa.ah_attr.grh.hop_limit = 64;
+        qa.ah_attr.port_num = self.dev.ib_port;
+        qa.ah_attr.sl = 0;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE
+            | ibv_qp_attr_mask::IBV_QP_AV
+            | ibv_qp_attr_mask::IBV_QP_PATH_MTU
+            | ibv_qp_attr_mask::IBV_QP_DEST_QPN
+            | ibv_qp_attr_mask::IBV_QP_RQ_PSN
+            | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC
+            | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER;
+        self.modify(&mut qa, mask, "QP INIT→RTR failed")?;
+        // RTR -> RTS
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        qa.sq_psn = sq_psn;
+        qa.timeout = 14;
+        qa.retry_cnt = 7;
+        qa.rnr_retry = 7;
+        qa.max_rd_atomic = 0;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE
+            | ibv_qp_attr_mask::IBV_QP_SQ_PSN
+            | ibv_qp_attr_mask::IBV_QP_TIMEOUT
+            | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
+            | ibv_qp_attr_mask::IBV_QP_RNR_RETRY
+            | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC;
+        self.modify(&mut qa, mask, "QP RTR→RTS failed")
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        // SAFETY: cq is live; wcs has POLL_BATCH entries.
+        let n = unsafe { ibv_poll_cq(self.cq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(Error::device(format!(
+                "ibv_poll_cq failed on '{}' ({n})",
+                self.dev.name
+            )));
+        }
+        for wc in &self.wcs[..n as usize] {
+            let slot = wc.wr_id as u32;
+            if wc.wr_id >= self.slots as u64 {
+                log::warn!(
+                    "CQ returned out-of-range wr_id={} (numBufs={}); discarding",
+                    wc.wr_id,
+                    self.slots
+                );
+                continue;
+            }
+            let kind = if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+                if wc.opcode == ibv_wc_opcode::IBV_WC_RECV
+                    && wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0
+                {
+                    // SAFETY: WITH_IMM set: the union holds the immediate
+                    // (network byte order).
+                    let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+                    CompletionKind::Recv {
+                        len: wc.byte_len,
+                        imm,
+                    }
+                } else {
+                    CompletionKind::Unexpected {
+                        opcode: wc.opcode,
+                        flags: wc.wc_flags,
+                    }
+                }
+            } else if wc.status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+                CompletionKind::Flushed
+            } else {
+                CompletionKind::Error {
+                    what: Self::status_text(wc.status),
+                }
+            };
+            out.push(Completion { slot, kind });
+        }
+        Ok(())
+    }
+
+    fn arm(&mut self) -> Result<()> {
+        // SAFETY: cq is live.
+        if unsafe { ibv_req_notify_cq(self.cq, 0) } != 0 {
+            return Err(Error::device(format!(
+                "ibv_req_notify_cq failed on '{}'",
+                self.dev.name
+            )));
+        }
+        Ok(())
+    }
+
+    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
+        // SAFETY: channel is live.
+        let fd = unsafe { (*self.channel).fd };
+        let ready = poll_readable(&[fd, wake_fd], -1)?;
+        if ready[0] {
+            let mut cq: *mut ibv_cq = ptr::null_mut();
+            let mut ctx: *mut libc::c_void = ptr::null_mut();
+            // SAFETY: channel is live and non-blocking; out-pointers valid.
+            while unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) } == 0 {
+                self.unacked_events += 1;
+            }
+            if self.unacked_events > 0 {
+                // SAFETY: acks events taken from this CQ's channel.
+                unsafe { ibv_ack_cq_events(self.cq, self.unacked_events) };
+                self.unacked_events = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for VerbsBackend {
+    fn drop(&mut self) {
+        // SAFETY: each object was created by this backend (or is null) and is
+        // destroyed once, in reverse order of creation; all CQ events are acked.
+        unsafe {
+            if !self.qp.is_null() {
+                ibv_destroy_qp(self.qp);
+            }
+            if !self.cq.is_null() {
+                if self.unacked_events > 0 {
+                    ibv_ack_cq_events(self.cq, self.unacked_events);
+                }
+                ibv_destroy_cq(self.cq);
+            }
+            if !self.channel.is_null() {
+                ibv_destroy_comp_channel(self.channel);
+            }
+            if !self.mr.is_null() {
+                ibv_dereg_mr(self.mr);
+            }
+        }
+    }
+}
+
