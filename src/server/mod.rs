@@ -8,6 +8,8 @@
 //! an eventfd.
 
 mod ring;
+#[cfg(test)]
+mod tests;
 mod stats;
 
 use std::collections::VecDeque;
@@ -115,7 +117,7 @@ struct PendingFrame {
 pub struct ServerCore {
     cfg: ServerConfig,
     device_name: String,
-    slab: Slab,
+    slab: Arc<Slab>,
     host: HostParams,
     counters: Counters,
     releases: SlotRing,
@@ -211,10 +213,10 @@ impl ServerCore {
     pub(crate) fn create(
         device_name: &str,
         cfg: &ServerConfig,
-        make_backend: impl FnOnce(&Slab) -> Result<Box<dyn Backend>>,
+        make_backend: impl FnOnce(&Arc<Slab>) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<ServerCore>> {
         cfg.validate()?;
-        let slab = Slab::new(cfg.max_payload, cfg.rx_queue_depth)?;
+        let slab = Arc::new(Slab::new(cfg.max_payload, cfg.rx_queue_depth)?);
         let backend = make_backend(&slab)?;
         let info = backend.info();
         let host = HostParams {
@@ -724,18 +726,5 @@ impl ServerCore {
             }
         }
         Ok(false)
-    }
-}
-
-impl Drop for ServerCore {
-    fn drop(&mut self) {
-        // The backend (MR over the slab) must go before the slab is freed.
-        let backend = self
-            .control
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .backend
-            .take();
-        drop(backend);
     }
 }

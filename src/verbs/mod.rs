@@ -301,6 +301,8 @@ impl Drop for VerbsDevice {
 /// One RC QP with its CQ, completion channel and MR over the server's slab.
 pub(crate) struct VerbsBackend {
     dev: Arc<VerbsDevice>,
+    /// Keeps the registered memory alive until the MR is deregistered.
+    slab: Arc<Slab>,
     mr: *mut ibv_mr,
     channel: *mut ibv_comp_channel,
     cq: *mut ibv_cq,
@@ -322,7 +324,7 @@ unsafe impl Send for VerbsBackend {}
 impl VerbsBackend {
     /// MR, completion channel, CQ, RC QP -> INIT and the GID check, all on `dev`.
     /// Everything created so far is released on failure (Drop handles nulls).
-    pub(crate) fn create(dev: Arc<VerbsDevice>, slab: &Slab) -> Result<VerbsBackend> {
+    pub(crate) fn create(dev: Arc<VerbsDevice>, slab: &Arc<Slab>) -> Result<VerbsBackend> {
         let depth = slab.slots();
         let attr = dev.device_attr()?;
         if depth > attr.max_qp_wr.max(0) as u32 || depth > attr.max_cqe.max(0) as u32 {
@@ -333,6 +335,7 @@ impl VerbsBackend {
         }
         let mut b = VerbsBackend {
             dev,
+            slab: Arc::clone(slab),
             mr: ptr::null_mut(),
             channel: ptr::null_mut(),
             cq: ptr::null_mut(),
@@ -348,13 +351,13 @@ impl VerbsBackend {
             wrs: Vec::with_capacity(depth as usize),
         };
         let name = b.dev.name.clone();
-        // SAFETY: the slab outlives this backend (the server core drops the
-        // backend before the slab); pd is live.
+        // SAFETY: the backend holds an Arc to the slab, so the memory outlives
+        // the MR (deregistered in Drop); pd is live.
         b.mr = unsafe {
             ibv_reg_mr(
                 b.dev.pd,
-                slab.base_ptr() as *mut _,
-                slab.len() as usize,
+                b.slab.base_ptr() as *mut _,
+                b.slab.len() as usize,
                 ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
             )
         };

@@ -1,0 +1,418 @@
+//! Server-core tests over an in-memory completion source: the unit under test
+//! is the core (loans, dispatch, back-pressure, lifecycle); the source plays
+//! the transport's part exactly as the backends do (a receive completes only
+//! into a posted slot, and an empty receive queue holds the sender back).
+
+use super::*;
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicU32;
+use std::sync::mpsc;
+
+#[derive(Default)]
+struct Wire {
+    /// Messages waiting for a posted slot: payload or a raw completion kind.
+    incoming: VecDeque<Incoming>,
+    posted: VecDeque<u32>,
+    /// Times a message found no posted slot (an RNR NAK on a real link).
+    rnr: u64,
+}
+
+enum Incoming {
+    Send(Vec<u8>, u32),
+    Raw(CompletionKind),
+}
+
+struct MemBackend {
+    slab: Arc<Slab>,
+    wire: Arc<Mutex<Wire>>,
+    notify: Arc<EventFd>,
+}
+
+impl Backend for MemBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            qpn: 0x42,
+            gid: Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST),
+            rkey: 7,
+        }
+    }
+    fn post_recv(&mut self, slots: &[u32]) -> Result<()> {
+        self.wire.lock().unwrap().posted.extend(slots);
+        Ok(())
+    }
+    fn connect(&mut self, _p: &ConnectParams, _g: Gid, _sq: u32) -> Result<()> {
+        Ok(())
+    }
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        let mut w = self.wire.lock().unwrap();
+        while out.len() < POLL_BATCH && !w.incoming.is_empty() {
+            let Some(slot) = w.posted.pop_front() else {
+                w.rnr += 1;
+                break;
+            };
+            let kind = match w.incoming.pop_front().unwrap() {
+                Incoming::Send(data, imm) => {
+                    self.slab
+                        .write_slot(slot, |b| b[..data.len()].copy_from_slice(&data))
+                        .expect("posted slot is writable");
+                    CompletionKind::Recv {
+                        len: data.len() as u32,
+                        imm,
+                    }
+                }
+                Incoming::Raw(k) => k,
+            };
+            out.push(Completion { slot, kind });
+        }
+        Ok(())
+    }
+    fn arm(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
+        poll_readable_both(self.notify.raw(), wake_fd);
+        self.notify.drain();
+        Ok(())
+    }
+}
+
+fn poll_readable_both(a: RawFd, b: RawFd) {
+    crate::sys::poll_readable(&[a, b], -1).unwrap();
+}
+
+struct Harness {
+    core: Arc<ServerCore>,
+    wire: Arc<Mutex<Wire>>,
+    notify: Arc<EventFd>,
+}
+
+impl Harness {
+    fn new(depth: u32, slot: u32) -> Harness {
+        let cfg = ServerConfig {
+            max_payload: slot,
+            rx_queue_depth: depth,
+            spin_us: 0,
+            stop_timeout_ms: 300,
+            cpu_affinity: None,
+        };
+        let wire = Arc::new(Mutex::new(Wire::default()));
+        let notify = Arc::new(EventFd::new().unwrap());
+        let (w, n) = (wire.clone(), notify.clone());
+        let core = ServerCore::create("mem", &cfg, move |slab| {
+            Ok(Box::new(MemBackend {
+                slab: slab.clone(),
+                wire: w,
+                notify: n,
+            }) as _)
+        })
+        .unwrap();
+        Harness { core, wire, notify }
+    }
+    fn connect(&self) {
+        let p = ConnectParams::new(0x12, self.core.host_params().sq_psn, 5, 1).unwrap();
+        self.core.complete_connection(&p).unwrap();
+    }
+    fn send(&self, data: &[u8], imm: u32) {
+        self.wire
+            .lock()
+            .unwrap()
+            .incoming
+            .push_back(Incoming::Send(data.to_vec(), imm));
+        self.notify.signal();
+    }
+    fn raw(&self, k: CompletionKind) {
+        self.wire.lock().unwrap().incoming.push_back(Incoming::Raw(k));
+        self.notify.signal();
+    }
+    fn pending(&self) -> usize {
+        self.wire.lock().unwrap().incoming.len()
+    }
+}
+
+fn payload(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (i as usize * 31 + k) as u8).collect()
+}
+
+fn wait_until(mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "condition not reached");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn host_params_describe_the_slab() {
+    let h = Harness::new(8, 1000);
+    let p = h.core.host_params();
+    assert_eq!(p.qpn, 0x42);
+    assert_eq!(p.mr_len, 8000);
+    assert_eq!(p.mr_addr % 4096, 0);
+    assert!(p.rq_psn <= MAX_24BIT && p.sq_psn <= MAX_24BIT);
+    assert_eq!(p.mr_rkey, 7);
+}
+
+#[test]
+fn callback_gets_every_frame_in_order_zero_copy() {
+    let h = Harness::new(4, 256);
+    let (tx, rx) = mpsc::channel();
+    let base = h.core.host_params().mr_addr;
+    h.core
+        .set_frame_callback(move |f: Frame| {
+            let addr = f.data().as_ptr() as u64;
+            assert_eq!(addr, base + f.slot() as u64 * 256, "data is in place in the slab");
+            tx.send((f.data().to_vec(), f.channel(), f.ring_position(), f.immediate()))
+                .unwrap();
+        })
+        .unwrap();
+    h.connect();
+    for i in 0..100u32 {
+        h.send(&payload(i, 1 + (i as usize % 256)), (i << 8) | (i % 3));
+    }
+    for i in 0..100u32 {
+        let (data, ch, ring, imm) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(data, payload(i, 1 + (i as usize % 256)));
+        assert_eq!(ch as u32, i % 3);
+        assert_eq!(ring, i);
+        assert_eq!(imm, (i << 8) | (i % 3));
+    }
+    wait_until(|| h.core.stats().reposts == 100);
+    let s = h.core.stats();
+    assert_eq!(s.frames, 100);
+    assert_eq!(s.bytes, (0..100).map(|i| 1 + (i % 256)).sum::<u64>());
+    assert_eq!(s.releases, 100);
+    assert_eq!(s.loans_outstanding, 0);
+    h.core.stop();
+}
+
+#[test]
+fn held_loans_stall_the_sender_and_nothing_is_lost() {
+    let h = Harness::new(4, 64);
+    let (tx, rx) = mpsc::channel::<Frame>();
+    h.core.set_frame_callback(move |f| tx.send(f).unwrap()).unwrap();
+    h.connect();
+    for i in 0..20u32 {
+        h.send(&payload(i, 64), i);
+    }
+    // The consumer holds every loan: exactly 4 frames arrive, 16 wait.
+    let mut held: Vec<Frame> = (0..4)
+        .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    wait_until(|| h.wire.lock().unwrap().rnr > 0);
+    assert!(rx.try_recv().is_err());
+    assert_eq!(h.pending(), 16);
+    assert_eq!(h.core.stats().loans_outstanding, 4);
+    let mut next = 0u32;
+    for f in &held {
+        assert_eq!(f.immediate(), next);
+        assert_eq!(f.data(), &payload(next, 64)[..]);
+        next += 1;
+    }
+    // Releasing from this (non-receive) thread resumes the flow.
+    held.clear();
+    while next < 20 {
+        let f = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(f.immediate(), next);
+        assert_eq!(f.data(), &payload(next, 64)[..]);
+        next += 1;
+    }
+    assert_eq!(h.core.stats().frames, 20);
+}
+
+#[test]
+fn pull_api_timeout_frames_and_stop() {
+    let h = Harness::new(4, 64);
+    h.connect();
+    assert!(h.core.poll_frame(Some(Duration::from_millis(20))).unwrap().is_none());
+    h.send(b"hello", 0x105);
+    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    assert_eq!(f.data(), b"hello");
+    assert_eq!((f.channel(), f.ring_position()), (5, 1));
+    // Frames queued but not yet pulled are released by stop.
+    h.send(b"queued", 1);
+    wait_until(|| h.core.stats().frames == 2);
+    h.core.stop();
+    assert_eq!(h.core.stats().loans_outstanding, 1, "only the frame we hold");
+    assert_eq!(f.data(), b"hello", "a loan stays readable after stop");
+    drop(f);
+    assert_eq!(h.core.stats().loans_outstanding, 0);
+    let e = h.core.poll_frame(Some(Duration::from_millis(10))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Stopped);
+}
+
+#[test]
+fn poll_frame_refused_with_a_callback() {
+    let h = Harness::new(2, 64);
+    h.core.set_frame_callback(|_| {}).unwrap();
+    let e = h.core.poll_frame(Some(Duration::ZERO)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::State);
+}
+
+#[test]
+fn tokens_release_exactly_once() {
+    let h = Harness::new(2, 64);
+    h.connect();
+    h.send(b"abc", 0);
+    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    let (token, ptr) = f.into_token();
+    assert_ne!(token, 0);
+    assert_eq!(ptr, Arc::as_ptr(&h.core));
+    assert_eq!(h.core.stats().loans_outstanding, 1);
+    h.core.release_token(token).unwrap();
+    // SAFETY: the successful release hands back the reference into_token kept.
+    unsafe { Arc::decrement_strong_count(ptr) };
+    let e = h.core.release_token(token).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownToken);
+    assert!(e.message().contains("already"), "{e}");
+    assert_eq!(h.core.release_token(0).unwrap_err().kind(), ErrorKind::UnknownToken);
+    assert_eq!(h.core.release_token(99).unwrap_err().kind(), ErrorKind::UnknownToken);
+    assert_eq!(h.core.stats().invalid_releases, 3);
+    assert_eq!(Arc::strong_count(&h.core), 2, "handle + receive thread");
+    h.core.stop();
+    assert_eq!(Arc::strong_count(&h.core), 1);
+}
+
+#[test]
+fn misuse_in_the_wrong_state() {
+    let h = Harness::new(2, 64);
+    h.connect();
+    let p = ConnectParams::new(1, 0, 5, 1).unwrap();
+    let e = h.core.complete_connection(&p).unwrap_err();
+    assert!(e.message().starts_with("completeConnection already invoked"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::State);
+    assert_eq!(h.core.set_frame_callback(|_| {}).unwrap_err().kind(), ErrorKind::State);
+    assert_eq!(h.core.set_fpga_gid(Gid::default()).unwrap_err().kind(), ErrorKind::State);
+    h.core.stop();
+    h.core.stop(); // idempotent
+    assert_eq!(h.core.complete_connection(&p).unwrap_err().kind(), ErrorKind::Stopped);
+    let h2 = Harness::new(2, 64);
+    h2.core.stop();
+    assert_eq!(h2.core.complete_connection(&p).unwrap_err().kind(), ErrorKind::Stopped);
+}
+
+#[test]
+fn bad_completions_are_counted_and_reposted() {
+    let h = Harness::new(2, 64);
+    h.connect();
+    h.raw(CompletionKind::Recv { len: 0, imm: 0 });
+    h.raw(CompletionKind::Recv { len: 65, imm: 0 });
+    h.raw(CompletionKind::Error { what: "remote access error" });
+    h.raw(CompletionKind::Unexpected { opcode: 0, flags: 0 });
+    h.send(b"after", 9);
+    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    assert_eq!(f.data(), b"after");
+    let s = h.core.stats();
+    assert_eq!((s.bad_length, s.completion_errors, s.unexpected_opcode, s.frames), (2, 1, 1, 1));
+}
+
+#[test]
+fn flush_ends_the_thread_with_a_reason() {
+    let h = Harness::new(2, 64);
+    h.connect();
+    h.raw(CompletionKind::Flushed);
+    let e = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Stopped);
+    assert!(!h.core.is_running());
+    assert_eq!(h.core.stats().flush_errors, 1);
+    assert_eq!(h.core.exited_reason().as_deref(), Some("stopped"));
+    h.core.stop();
+}
+
+#[test]
+fn callback_panic_is_counted_and_the_thread_survives() {
+    let h = Harness::new(2, 64);
+    let (tx, rx) = mpsc::channel();
+    h.core
+        .set_frame_callback(move |f| {
+            if f.immediate() == 1 {
+                panic!("consumer bug");
+            }
+            tx.send(f.immediate()).unwrap();
+        })
+        .unwrap();
+    h.connect();
+    h.send(b"a", 1);
+    h.send(b"b", 2);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 2);
+    let s = h.core.stats();
+    assert_eq!(s.callback_panics, 1);
+    wait_until(|| h.core.stats().loans_outstanding == 0);
+    assert!(h.core.is_running());
+    h.core.stop();
+}
+
+#[test]
+fn stop_from_inside_the_callback() {
+    let h = Harness::new(4, 64);
+    let core = h.core.clone();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c2 = calls.clone();
+    h.core
+        .set_frame_callback(move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+            core.stop(); // must not self-join
+        })
+        .unwrap();
+    h.connect();
+    h.send(b"1", 0);
+    h.send(b"2", 0);
+    wait_until(|| h.core.exited_reason().is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no callback after stop");
+}
+
+#[test]
+fn stop_does_not_hang_on_a_blocked_callback() {
+    let h = Harness::new(4, 64);
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (unblock_tx, unblock_rx) = mpsc::channel::<()>();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c2 = calls.clone();
+    h.core
+        .set_frame_callback(move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+            entered_tx.send(()).unwrap();
+            let _ = unblock_rx.recv();
+        })
+        .unwrap();
+    h.connect();
+    h.send(b"1", 0);
+    h.send(b"2", 0);
+    entered_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    h.core.stop(); // returns after stop_timeout_ms with the callback still blocked
+    assert!(h.core.exited_reason().is_none(), "thread detached, not joined");
+    unblock_tx.send(()).unwrap();
+    wait_until(|| h.core.exited_reason().is_some());
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no callback started after stop");
+}
+
+#[test]
+fn loans_outlive_the_server_handle() {
+    let h = Harness::new(2, 64);
+    h.connect();
+    h.send(b"keep me", 3);
+    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    let Harness { core, .. } = h;
+    core.stop();
+    drop(core);
+    assert_eq!(f.data(), b"keep me");
+    assert_eq!(f.channel(), 3);
+    drop(f); // frees the core: the last reference
+}
+
+#[test]
+fn release_races_stop_safely() {
+    for _ in 0..20 {
+        let h = Harness::new(8, 64);
+        let (tx, rx) = mpsc::channel::<Frame>();
+        h.core.set_frame_callback(move |f| { let _ = tx.send(f); }).unwrap();
+        h.connect();
+        for i in 0..8 {
+            h.send(b"x", i);
+        }
+        let frames: Vec<Frame> = (0..8).map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+        let releaser = std::thread::spawn(move || drop(frames));
+        h.core.stop();
+        releaser.join().unwrap();
+        assert_eq!(h.core.stats().loans_outstanding, 0);
+    }
+}
