@@ -19,7 +19,7 @@ pub const MAX_RX_QUEUE_DEPTH: u32 = 65536;
 /// Largest receive slot accepted (1 GiB).
 pub const MAX_PAYLOAD_LIMIT: u32 = 1 << 30;
 /// The UDP port of RoCEv2.
-pub const ROCEV2_UDP_PORT: u16 = 4791;
+pub const ROCE_UDP_PORT: u16 = 4791;
 /// Largest 24-bit value (QPNs and PSNs are 24 bits on the wire).
 pub const MAX_24BIT: u32 = 0x00FF_FFFF;
 
@@ -143,7 +143,7 @@ impl DeviceConfig {
             ib_port: 1,
             gid_index: 0,
             bind_addr: "127.0.0.1".into(),
-            udp_port: ROCEV2_UDP_PORT,
+            udp_port: ROCE_UDP_PORT,
         }
     }
     /// Checks the fields that can be checked without a device.
@@ -155,7 +155,9 @@ impl DeviceConfig {
             ));
         }
         if self.ib_port == 0 {
-            return Err(Error::invalid("ib_port must be >= 1 (ibverbs ports count from 1); got 0"));
+            return Err(Error::invalid(
+                "ib_port must be >= 1 (ibverbs ports count from 1); got 0",
+            ));
         }
         Ok(())
     }
@@ -300,7 +302,9 @@ mod tests {
             let e = Mtu::from_code(bad).unwrap_err();
             assert_eq!(
                 e.message(),
-                format!("pmtu must be in the range 1..5 (1=256 2=512 3=1024 4=2048 5=4096); got {bad}")
+                format!(
+                    "pmtu must be in the range 1..5 (1=256 2=512 3=1024 4=2048 5=4096); got {bad}"
+                )
             );
         }
         assert_eq!(Mtu::from_bytes(1500), None);
@@ -309,7 +313,14 @@ mod tests {
     #[test]
     fn rnr_timer_table_matches_iba_table_45() {
         // Spot values from the spec table and rogue's RoCEv2RnrTimer names.
-        let spot = [(0, 655.36), (1, 0.01), (5, 0.06), (12, 0.64), (14, 1.28), (31, 491.52)];
+        let spot = [
+            (0, 655.36),
+            (1, 0.01),
+            (5, 0.06),
+            (12, 0.64),
+            (14, 1.28),
+            (31, 491.52),
+        ];
         for (code, ms) in spot {
             assert!((RnrTimer::from_code(code).unwrap().millis() - ms).abs() < 1e-9);
         }
@@ -363,7 +374,11 @@ mod tests {
             ..Default::default()
         };
         let e = c.validate().unwrap_err();
-        assert!(e.message().starts_with("RX slab too large: 65536 * 65536 = 4294967296 exceeds 4 GiB"), "{e}");
+        assert!(
+            e.message()
+                .starts_with("RX slab too large: 65536 * 65536 = 4294967296 exceeds 4 GiB"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -371,10 +386,22 @@ mod tests {
         let p = ConnectParams::new(0x12, 0xabcdef, 5, 12).unwrap();
         assert_eq!(p.pmtu, Mtu::Mtu4096);
         assert_eq!(p.min_rnr_timer.code(), 12);
-        assert!(ConnectParams::new(0x1000000, 0, 5, 1).unwrap_err().message().contains("fpgaQpn"));
-        assert!(ConnectParams::new(1, 0x1000000, 5, 1).unwrap_err().message().contains("fpgaRqPsn"));
-        assert!(ConnectParams::new(1, 0, 0, 1).unwrap_err().message().contains("pmtu must be in the range 1..5"));
-        assert!(ConnectParams::new(1, 0, 5, 99).unwrap_err().message().contains("minRnrTimer"));
+        assert!(ConnectParams::new(0x1000000, 0, 5, 1)
+            .unwrap_err()
+            .message()
+            .contains("fpgaQpn"));
+        assert!(ConnectParams::new(1, 0x1000000, 5, 1)
+            .unwrap_err()
+            .message()
+            .contains("fpgaRqPsn"));
+        assert!(ConnectParams::new(1, 0, 0, 1)
+            .unwrap_err()
+            .message()
+            .contains("pmtu must be in the range 1..5"));
+        assert!(ConnectParams::new(1, 0, 5, 99)
+            .unwrap_err()
+            .message()
+            .contains("minRnrTimer"));
     }
 
     #[test]

@@ -30,6 +30,12 @@ pub enum ErrorKind {
     NoMemory,
     /// A release token that is unknown or was already released.
     UnknownToken,
+    /// A required pointer argument was NULL (C API).
+    NullPointer,
+    /// A lookup found nothing (e.g. no matching GID index).
+    NotFound,
+    /// A caller buffer is too small for the result (C API).
+    BufferTooSmall,
     /// A bug: a panic was caught or an invariant broke.
     Internal,
 }

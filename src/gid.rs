@@ -153,7 +153,10 @@ mod tests {
         assert_eq!(&g.0[10..], &[0xff, 0xff, 10, 0, 0, 1]);
         assert_eq!(g.to_string(), "0000:0000:0000:0000:0000:ffff:0a00:0001");
         assert_eq!(g.ipv4(), Some(Ipv4Addr::new(10, 0, 0, 1)));
-        assert_eq!(format!("{g:?}"), "Gid(0000:0000:0000:0000:0000:ffff:0a00:0001)");
+        assert_eq!(
+            format!("{g:?}"),
+            "Gid(0000:0000:0000:0000:0000:ffff:0a00:0001)"
+        );
     }
 
     #[test]
@@ -172,7 +175,12 @@ mod tests {
         let ll = Gid::parse("fe80:0000:0000:0000:0202:c9ff:fe00:0001").unwrap();
         assert_eq!(ll.ipv4(), None);
         assert!(!ll.is_zero());
-        for bad in ["", "xyz", "1:2:3", "0000:0000:0000:0000:0000:ffff:c0a8:020a:0000"] {
+        for bad in [
+            "",
+            "xyz",
+            "1:2:3",
+            "0000:0000:0000:0000:0000:ffff:c0a8:020a:0000",
+        ] {
             assert!(Gid::parse(bad).is_err(), "{bad}");
         }
         assert!(Gid::default().is_zero());
@@ -183,19 +191,37 @@ mod tests {
     #[test]
     fn from_slice_checks_length() {
         assert!(Gid::from_slice(&[0u8; 16]).is_ok());
-        assert_eq!(Gid::from_slice(&[0u8; 15]).unwrap_err().message(), "GID must be 16 bytes, got 15");
-        assert_eq!(Gid::from_slice(&[0u8; 17]).unwrap_err().message(), "GID must be 16 bytes, got 17");
+        assert_eq!(
+            Gid::from_slice(&[0u8; 15]).unwrap_err().message(),
+            "GID must be 16 bytes, got 15"
+        );
+        assert_eq!(
+            Gid::from_slice(&[0u8; 17]).unwrap_err().message(),
+            "GID must be 16 bytes, got 17"
+        );
     }
 
     #[test]
     fn host_ip_from_gid_cases() {
         // The cases of rogue's tests/protocols/test_rocev2.py.
-        assert_eq!(host_ip_from_gid("0000:0000:0000:0000:0000:ffff:0a00:0001"), "10.0.0.1");
-        assert_eq!(host_ip_from_gid("0000:0000:0000:0000:0000:FFFF:c0a8:0164"), "192.168.1.100");
-        assert_eq!(host_ip_from_gid("fe80:0000:0000:0000:0202:c9ff:fe00:0001"), "");
+        assert_eq!(
+            host_ip_from_gid("0000:0000:0000:0000:0000:ffff:0a00:0001"),
+            "10.0.0.1"
+        );
+        assert_eq!(
+            host_ip_from_gid("0000:0000:0000:0000:0000:FFFF:c0a8:0164"),
+            "192.168.1.100"
+        );
+        assert_eq!(
+            host_ip_from_gid("fe80:0000:0000:0000:0202:c9ff:fe00:0001"),
+            ""
+        );
         assert_eq!(host_ip_from_gid(""), "");
         assert_eq!(host_ip_from_gid("0000:0000:0000:0000:0000:ffff:0a00"), "");
-        assert_eq!(host_ip_from_gid("0000:0000:0000:0000:0000:ffff:zzzz:0001"), "");
+        assert_eq!(
+            host_ip_from_gid("0000:0000:0000:0000:0000:ffff:zzzz:0001"),
+            ""
+        );
         assert_eq!(host_ip_from_gid("::ffff:10.0.0.1"), "");
     }
 
@@ -203,7 +229,8 @@ mod tests {
     struct FakeSysfs(PathBuf);
     impl FakeSysfs {
         fn new(tag: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!("rocev2-sysfs-{tag}-{}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("rocev2-sysfs-{tag}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             FakeSysfs(dir)
         }
@@ -225,17 +252,53 @@ mod tests {
     #[test]
     fn detect_gid_index_picks_roce_v2_on_subnet() {
         let fs = FakeSysfs::new("pick");
-        fs.gid("mlx5_0", 1, 0, "IB/RoCE v1", "fe80:0000:0000:0000:0202:c9ff:fe00:0001")
-            .gid("mlx5_0", 1, 1, "RoCE v2", "fe80:0000:0000:0000:0202:c9ff:fe00:0001")
-            .gid("mlx5_0", 1, 2, "IB/RoCE v1", "0000:0000:0000:0000:0000:ffff:0a00:0001")
-            .gid("mlx5_0", 1, 3, "RoCE v2", "0000:0000:0000:0000:0000:ffff:0a00:0001")
-            .gid("mlx5_0", 1, 10, "RoCE v2", "0000:0000:0000:0000:0000:ffff:c0a8:0101");
+        fs.gid(
+            "mlx5_0",
+            1,
+            0,
+            "IB/RoCE v1",
+            "fe80:0000:0000:0000:0202:c9ff:fe00:0001",
+        )
+        .gid(
+            "mlx5_0",
+            1,
+            1,
+            "RoCE v2",
+            "fe80:0000:0000:0000:0202:c9ff:fe00:0001",
+        )
+        .gid(
+            "mlx5_0",
+            1,
+            2,
+            "IB/RoCE v1",
+            "0000:0000:0000:0000:0000:ffff:0a00:0001",
+        )
+        .gid(
+            "mlx5_0",
+            1,
+            3,
+            "RoCE v2",
+            "0000:0000:0000:0000:0000:ffff:0a00:0001",
+        )
+        .gid(
+            "mlx5_0",
+            1,
+            10,
+            "RoCE v2",
+            "0000:0000:0000:0000:0000:ffff:c0a8:0101",
+        );
         let fpga = Ipv4Addr::new(10, 0, 0, 20);
         assert_eq!(detect_gid_index(&fs.0, "mlx5_0", fpga, 1), Some(3));
         // Numeric, not lexical, order: index 10 is found for the other subnet.
-        assert_eq!(detect_gid_index(&fs.0, "mlx5_0", Ipv4Addr::new(192, 168, 1, 5), 1), Some(10));
+        assert_eq!(
+            detect_gid_index(&fs.0, "mlx5_0", Ipv4Addr::new(192, 168, 1, 5), 1),
+            Some(10)
+        );
         // No match on another subnet, device or port.
-        assert_eq!(detect_gid_index(&fs.0, "mlx5_0", Ipv4Addr::new(172, 16, 0, 1), 1), None);
+        assert_eq!(
+            detect_gid_index(&fs.0, "mlx5_0", Ipv4Addr::new(172, 16, 0, 1), 1),
+            None
+        );
         assert_eq!(detect_gid_index(&fs.0, "mlx5_1", fpga, 1), None);
         assert_eq!(detect_gid_index(&fs.0, "mlx5_0", fpga, 2), None);
     }
@@ -243,13 +306,31 @@ mod tests {
     #[test]
     fn detect_gid_index_skips_unreadable_and_v1() {
         let fs = FakeSysfs::new("skip");
-        fs.gid("rxe0", 1, 0, "RoCE v2", "0000:0000:0000:0000:0000:ffff:0a00:0001")
-            .gid("rxe0", 1, 1, "RoCE v2", "0000:0000:0000:0000:0000:ffff:0a4d:0001");
+        fs.gid(
+            "rxe0",
+            1,
+            0,
+            "RoCE v2",
+            "0000:0000:0000:0000:0000:ffff:0a00:0001",
+        )
+        .gid(
+            "rxe0",
+            1,
+            1,
+            "RoCE v2",
+            "0000:0000:0000:0000:0000:ffff:0a4d:0001",
+        );
         // A types entry whose gid file is missing is skipped, not fatal.
         let p = fs.0.join("class/infiniband/rxe0/ports/1");
         std::fs::write(p.join("gid_attrs/types/2"), "RoCE v2\n").unwrap();
         std::fs::write(p.join("gid_attrs/types/notanumber"), "RoCE v2\n").unwrap();
-        assert_eq!(detect_gid_index(&fs.0, "rxe0", Ipv4Addr::new(10, 77, 0, 2), 1), Some(1));
-        assert_eq!(detect_gid_index(&fs.0, "rxe0", Ipv4Addr::new(10, 0, 0, 9), 1), Some(0));
+        assert_eq!(
+            detect_gid_index(&fs.0, "rxe0", Ipv4Addr::new(10, 77, 0, 2), 1),
+            Some(1)
+        );
+        assert_eq!(
+            detect_gid_index(&fs.0, "rxe0", Ipv4Addr::new(10, 0, 0, 9), 1),
+            Some(0)
+        );
     }
 }

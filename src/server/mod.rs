@@ -8,9 +8,9 @@
 //! an eventfd.
 
 mod ring;
+mod stats;
 #[cfg(test)]
 mod tests;
-mod stats;
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -286,11 +286,7 @@ impl ServerCore {
     }
     /// Counter snapshot.
     pub fn stats(&self) -> Stats {
-        self.counters
-            .snapshot(self.slab.loans_outstanding() as u64)
-    }
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.counters
+        self.counters.snapshot(self.slab.loans_outstanding() as u64)
     }
     /// True while the receive thread runs.
     pub fn is_running(&self) -> bool {
@@ -298,7 +294,10 @@ impl ServerCore {
     }
     /// Why the receive thread ended, once it has.
     pub fn exited_reason(&self) -> Option<String> {
-        self.exited.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.exited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Stores the FPGA's GID (the destination of the host QP's path).
@@ -364,9 +363,10 @@ impl ServerCore {
             params.min_rnr_timer.code(),
             params.min_rnr_timer.millis()
         );
-        let mut backend = c.backend.take().ok_or_else(|| {
-            Error::new(ErrorKind::Internal, "backend missing in state Created")
-        })?;
+        let mut backend = c
+            .backend
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "backend missing in state Created"))?;
         let all: Vec<u32> = (0..self.cfg.rx_queue_depth).collect();
         let res = backend
             .post_recv(&all)
@@ -381,7 +381,10 @@ impl ServerCore {
             };
             return Err(Error::new(e.kind(), format!("{e}{hint}")));
         }
-        log::info!("Pre-posted {} receive slots; QP -> RTS", self.cfg.rx_queue_depth);
+        log::info!(
+            "Pre-posted {} receive slots; QP -> RTS",
+            self.cfg.rx_queue_depth
+        );
         let callback = c.callback.take();
         let core = Arc::clone(self);
         let handle = std::thread::Builder::new()
@@ -508,7 +511,9 @@ impl ServerCore {
     /// Ends loan `(slot, gen)` and queues the slot for re-posting. Never blocks.
     fn release_loan(&self, slot: u32, gen: u32) -> Result<()> {
         if !self.slab.release(slot, gen) {
-            self.counters.invalid_releases.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .invalid_releases
+                .fetch_add(1, Ordering::Relaxed);
             return Err(Error::new(
                 ErrorKind::UnknownToken,
                 format!(
@@ -533,7 +538,9 @@ impl ServerCore {
     pub(crate) fn release_token(&self, token: u64) -> Result<()> {
         let (slot, gen) = (token as u32, (token >> 32) as u32);
         if token == 0 || slot >= self.slab.slots() {
-            self.counters.invalid_releases.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .invalid_releases
+                .fetch_add(1, Ordering::Relaxed);
             return Err(Error::new(
                 ErrorKind::UnknownToken,
                 format!("release token {token:#x} is not a token of this server"),
@@ -666,13 +673,17 @@ impl ServerCore {
                     return Ok(true);
                 }
                 CompletionKind::Error { what } => {
-                    self.counters.completion_errors.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .completion_errors
+                        .fetch_add(1, Ordering::Relaxed);
                     log::warn!("CQ error: {what} (slot={}); re-posting", c.slot);
                     repost.push(c.slot);
                     continue;
                 }
                 CompletionKind::Unexpected { opcode, flags } => {
-                    self.counters.unexpected_opcode.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .unexpected_opcode
+                        .fetch_add(1, Ordering::Relaxed);
                     log::warn!(
                         "Unexpected opcode {opcode} / wc_flags {flags:#x} (slot={}); re-posting",
                         c.slot
@@ -707,7 +718,9 @@ impl ServerCore {
                         armed: true,
                     };
                     if catch_unwind(AssertUnwindSafe(|| cb(frame))).is_err() {
-                        self.counters.callback_panics.fetch_add(1, Ordering::Relaxed);
+                        self.counters
+                            .callback_panics
+                            .fetch_add(1, Ordering::Relaxed);
                         log::error!("frame callback panicked (slot={}); frame released", c.slot);
                     }
                 }

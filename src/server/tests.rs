@@ -121,7 +121,11 @@ impl Harness {
         self.notify.signal();
     }
     fn raw(&self, k: CompletionKind) {
-        self.wire.lock().unwrap().incoming.push_back(Incoming::Raw(k));
+        self.wire
+            .lock()
+            .unwrap()
+            .incoming
+            .push_back(Incoming::Raw(k));
         self.notify.signal();
     }
     fn pending(&self) -> usize {
@@ -136,7 +140,10 @@ fn payload(i: u32, len: usize) -> Vec<u8> {
 fn wait_until(mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "condition not reached");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "condition not reached"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -160,9 +167,18 @@ fn callback_gets_every_frame_in_order_zero_copy() {
     h.core
         .set_frame_callback(move |f: Frame| {
             let addr = f.data().as_ptr() as u64;
-            assert_eq!(addr, base + f.slot() as u64 * 256, "data is in place in the slab");
-            tx.send((f.data().to_vec(), f.channel(), f.ring_position(), f.immediate()))
-                .unwrap();
+            assert_eq!(
+                addr,
+                base + f.slot() as u64 * 256,
+                "data is in place in the slab"
+            );
+            tx.send((
+                f.data().to_vec(),
+                f.channel(),
+                f.ring_position(),
+                f.immediate(),
+            ))
+            .unwrap();
         })
         .unwrap();
     h.connect();
@@ -189,7 +205,9 @@ fn callback_gets_every_frame_in_order_zero_copy() {
 fn held_loans_stall_the_sender_and_nothing_is_lost() {
     let h = Harness::new(4, 64);
     let (tx, rx) = mpsc::channel::<Frame>();
-    h.core.set_frame_callback(move |f| tx.send(f).unwrap()).unwrap();
+    h.core
+        .set_frame_callback(move |f| tx.send(f).unwrap())
+        .unwrap();
     h.connect();
     for i in 0..20u32 {
         h.send(&payload(i, 64), i);
@@ -223,20 +241,35 @@ fn held_loans_stall_the_sender_and_nothing_is_lost() {
 fn pull_api_timeout_frames_and_stop() {
     let h = Harness::new(4, 64);
     h.connect();
-    assert!(h.core.poll_frame(Some(Duration::from_millis(20))).unwrap().is_none());
+    assert!(h
+        .core
+        .poll_frame(Some(Duration::from_millis(20)))
+        .unwrap()
+        .is_none());
     h.send(b"hello", 0x105);
-    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    let f = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
     assert_eq!(f.data(), b"hello");
     assert_eq!((f.channel(), f.ring_position()), (5, 1));
     // Frames queued but not yet pulled are released by stop.
     h.send(b"queued", 1);
     wait_until(|| h.core.stats().frames == 2);
     h.core.stop();
-    assert_eq!(h.core.stats().loans_outstanding, 1, "only the frame we hold");
+    assert_eq!(
+        h.core.stats().loans_outstanding,
+        1,
+        "only the frame we hold"
+    );
     assert_eq!(f.data(), b"hello", "a loan stays readable after stop");
     drop(f);
     assert_eq!(h.core.stats().loans_outstanding, 0);
-    let e = h.core.poll_frame(Some(Duration::from_millis(10))).unwrap_err();
+    let e = h
+        .core
+        .poll_frame(Some(Duration::from_millis(10)))
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Stopped);
 }
 
@@ -253,7 +286,11 @@ fn tokens_release_exactly_once() {
     let h = Harness::new(2, 64);
     h.connect();
     h.send(b"abc", 0);
-    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    let f = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
     let (token, ptr) = f.into_token();
     assert_ne!(token, 0);
     assert_eq!(ptr, Arc::as_ptr(&h.core));
@@ -264,8 +301,14 @@ fn tokens_release_exactly_once() {
     let e = h.core.release_token(token).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UnknownToken);
     assert!(e.message().contains("already"), "{e}");
-    assert_eq!(h.core.release_token(0).unwrap_err().kind(), ErrorKind::UnknownToken);
-    assert_eq!(h.core.release_token(99).unwrap_err().kind(), ErrorKind::UnknownToken);
+    assert_eq!(
+        h.core.release_token(0).unwrap_err().kind(),
+        ErrorKind::UnknownToken
+    );
+    assert_eq!(
+        h.core.release_token(99).unwrap_err().kind(),
+        ErrorKind::UnknownToken
+    );
     assert_eq!(h.core.stats().invalid_releases, 3);
     assert_eq!(Arc::strong_count(&h.core), 2, "handle + receive thread");
     h.core.stop();
@@ -278,16 +321,32 @@ fn misuse_in_the_wrong_state() {
     h.connect();
     let p = ConnectParams::new(1, 0, 5, 1).unwrap();
     let e = h.core.complete_connection(&p).unwrap_err();
-    assert!(e.message().starts_with("completeConnection already invoked"), "{e}");
+    assert!(
+        e.message()
+            .starts_with("completeConnection already invoked"),
+        "{e}"
+    );
     assert_eq!(e.kind(), ErrorKind::State);
-    assert_eq!(h.core.set_frame_callback(|_| {}).unwrap_err().kind(), ErrorKind::State);
-    assert_eq!(h.core.set_fpga_gid(Gid::default()).unwrap_err().kind(), ErrorKind::State);
+    assert_eq!(
+        h.core.set_frame_callback(|_| {}).unwrap_err().kind(),
+        ErrorKind::State
+    );
+    assert_eq!(
+        h.core.set_fpga_gid(Gid::default()).unwrap_err().kind(),
+        ErrorKind::State
+    );
     h.core.stop();
     h.core.stop(); // idempotent
-    assert_eq!(h.core.complete_connection(&p).unwrap_err().kind(), ErrorKind::Stopped);
+    assert_eq!(
+        h.core.complete_connection(&p).unwrap_err().kind(),
+        ErrorKind::Stopped
+    );
     let h2 = Harness::new(2, 64);
     h2.core.stop();
-    assert_eq!(h2.core.complete_connection(&p).unwrap_err().kind(), ErrorKind::Stopped);
+    assert_eq!(
+        h2.core.complete_connection(&p).unwrap_err().kind(),
+        ErrorKind::Stopped
+    );
 }
 
 #[test]
@@ -296,13 +355,30 @@ fn bad_completions_are_counted_and_reposted() {
     h.connect();
     h.raw(CompletionKind::Recv { len: 0, imm: 0 });
     h.raw(CompletionKind::Recv { len: 65, imm: 0 });
-    h.raw(CompletionKind::Error { what: "remote access error" });
-    h.raw(CompletionKind::Unexpected { opcode: 0, flags: 0 });
+    h.raw(CompletionKind::Error {
+        what: "remote access error",
+    });
+    h.raw(CompletionKind::Unexpected {
+        opcode: 0,
+        flags: 0,
+    });
     h.send(b"after", 9);
-    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    let f = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
     assert_eq!(f.data(), b"after");
     let s = h.core.stats();
-    assert_eq!((s.bad_length, s.completion_errors, s.unexpected_opcode, s.frames), (2, 1, 1, 1));
+    assert_eq!(
+        (
+            s.bad_length,
+            s.completion_errors,
+            s.unexpected_opcode,
+            s.frames
+        ),
+        (2, 1, 1, 1)
+    );
 }
 
 #[test]
@@ -310,7 +386,10 @@ fn flush_ends_the_thread_with_a_reason() {
     let h = Harness::new(2, 64);
     h.connect();
     h.raw(CompletionKind::Flushed);
-    let e = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap_err();
+    let e = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Stopped);
     assert!(!h.core.is_running());
     assert_eq!(h.core.stats().flush_errors, 1);
@@ -379,10 +458,17 @@ fn stop_does_not_hang_on_a_blocked_callback() {
     h.send(b"2", 0);
     entered_rx.recv_timeout(Duration::from_secs(10)).unwrap();
     h.core.stop(); // returns after stop_timeout_ms with the callback still blocked
-    assert!(h.core.exited_reason().is_none(), "thread detached, not joined");
+    assert!(
+        h.core.exited_reason().is_none(),
+        "thread detached, not joined"
+    );
     unblock_tx.send(()).unwrap();
     wait_until(|| h.core.exited_reason().is_some());
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "no callback started after stop");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "no callback started after stop"
+    );
 }
 
 #[test]
@@ -390,7 +476,11 @@ fn loans_outlive_the_server_handle() {
     let h = Harness::new(2, 64);
     h.connect();
     h.send(b"keep me", 3);
-    let f = h.core.poll_frame(Some(Duration::from_secs(10))).unwrap().unwrap();
+    let f = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
     let Harness { core, .. } = h;
     core.stop();
     drop(core);
@@ -404,12 +494,18 @@ fn release_races_stop_safely() {
     for _ in 0..20 {
         let h = Harness::new(8, 64);
         let (tx, rx) = mpsc::channel::<Frame>();
-        h.core.set_frame_callback(move |f| { let _ = tx.send(f); }).unwrap();
+        h.core
+            .set_frame_callback(move |f| {
+                let _ = tx.send(f);
+            })
+            .unwrap();
         h.connect();
         for i in 0..8 {
             h.send(b"x", i);
         }
-        let frames: Vec<Frame> = (0..8).map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+        let frames: Vec<Frame> = (0..8)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
         let releaser = std::thread::spawn(move || drop(frames));
         h.core.stop();
         releaser.join().unwrap();

@@ -82,7 +82,11 @@ impl Drop for DeviceList {
 
 /// The names of the ibverbs devices on this host.
 pub fn device_names() -> Vec<String> {
-    DeviceList::get().devices().into_iter().map(|(n, _)| n).collect()
+    DeviceList::get()
+        .devices()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
 }
 
 /// One GID table entry.
@@ -256,7 +260,10 @@ impl VerbsDevice {
             let state = unsafe { CStr::from_ptr(ibv_port_state_str(pa.state)) }
                 .to_string_lossy()
                 .into_owned();
-            let types = format!("/sys/class/infiniband/{}/ports/{port}/gid_attrs/types", self.name);
+            let types = format!(
+                "/sys/class/infiniband/{}/ports/{port}/gid_attrs/types",
+                self.name
+            );
             let gids = (0..pa.gid_tbl_len.max(0) as u32)
                 .filter_map(|i| {
                     let gid = self.query_gid(port, i).ok()?;
@@ -346,7 +353,9 @@ impl VerbsBackend {
             slots: depth,
             unacked_events: 0,
             // SAFETY: ibv_wc is plain data; zeroed is valid.
-            wcs: (0..POLL_BATCH).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            wcs: (0..POLL_BATCH)
+                .map(|_| unsafe { std::mem::zeroed() })
+                .collect(),
             sges: Vec::with_capacity(depth as usize),
             wrs: Vec::with_capacity(depth as usize),
         };
@@ -667,4 +676,3 @@ impl Drop for VerbsBackend {
         }
     }
 }
-

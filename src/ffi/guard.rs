@@ -1,0 +1,133 @@
+//! The boundary guard: every exported function runs its body through
+//! [`guard`], which catches panics, records the thread-local last error and
+//! turns the outcome into a status code. Also the pointer checks.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use super::rocev2_status;
+use crate::error::{Error, ErrorKind, Result};
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+pub(crate) fn set_last_error(msg: &str) {
+    LAST_ERROR.with(|e| {
+        let mut e = e.borrow_mut();
+        e.clear();
+        e.push_str(msg);
+    });
+}
+
+pub(crate) fn with_last_error<R>(f: impl FnOnce(&str) -> R) -> R {
+    LAST_ERROR.with(|e| f(&e.borrow()))
+}
+
+pub(crate) fn status_of(kind: ErrorKind) -> rocev2_status {
+    use rocev2_status::*;
+    match kind {
+        ErrorKind::InvalidArgument => ROCEV2_ERR_INVALID_ARGUMENT,
+        ErrorKind::NullPointer => ROCEV2_ERR_NULL_POINTER,
+        ErrorKind::NoDevice => ROCEV2_ERR_NO_DEVICE,
+        ErrorKind::DeviceNotFound => ROCEV2_ERR_DEVICE_NOT_FOUND,
+        ErrorKind::Device => ROCEV2_ERR_DEVICE,
+        ErrorKind::State => ROCEV2_ERR_STATE,
+        ErrorKind::Timeout => ROCEV2_ERR_TIMEOUT,
+        ErrorKind::Stopped => ROCEV2_ERR_STOPPED,
+        ErrorKind::Unsupported => ROCEV2_ERR_UNSUPPORTED,
+        ErrorKind::Io => ROCEV2_ERR_IO,
+        ErrorKind::NoMemory => ROCEV2_ERR_NO_MEMORY,
+        ErrorKind::UnknownToken => ROCEV2_ERR_UNKNOWN_TOKEN,
+        ErrorKind::NotFound => ROCEV2_ERR_NOT_FOUND,
+        ErrorKind::BufferTooSmall => ROCEV2_ERR_BUFFER_TOO_SMALL,
+        ErrorKind::Internal => ROCEV2_ERR_INTERNAL,
+    }
+}
+
+/// Runs `body` for exported function `func`: no panic escapes, errors become
+/// a status code plus the last-error message.
+pub(crate) fn guard(func: &str, body: impl FnOnce() -> Result<()>) -> rocev2_status {
+    super::logging::ensure_installed();
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => rocev2_status::ROCEV2_OK,
+        Ok(Err(e)) => {
+            set_last_error(e.message());
+            status_of(e.kind())
+        }
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            let msg = format!("internal error in {func}: {what} (please report this bug)");
+            log::error!("{msg}");
+            set_last_error(&msg);
+            rocev2_status::ROCEV2_ERR_PANIC
+        }
+    }
+}
+
+/// Runs `body` for an exported function that returns no status (destroy,
+/// close): panics are caught and logged.
+pub(crate) fn guard_void(func: &str, body: impl FnOnce()) {
+    let _ = guard(func, || {
+        body();
+        Ok(())
+    });
+}
+
+pub(crate) fn null(arg: &str) -> Error {
+    Error::new(ErrorKind::NullPointer, format!("argument `{arg}` is NULL"))
+}
+
+/// `&*p`, or a NullPointer error naming `arg`.
+///
+/// # Safety
+/// A non-null `p` must point to a valid, live `T` for the returned lifetime.
+pub(crate) unsafe fn deref<'a, T>(p: *const T, arg: &str) -> Result<&'a T> {
+    // SAFETY: the caller guarantees validity when non-null.
+    unsafe { p.as_ref() }.ok_or_else(|| null(arg))
+}
+
+/// `&mut *p`, or a NullPointer error naming `arg`.
+///
+/// # Safety
+/// A non-null `p` must point to a valid, live, unaliased `T`.
+pub(crate) unsafe fn deref_mut<'a, T>(p: *mut T, arg: &str) -> Result<&'a mut T> {
+    // SAFETY: the caller guarantees validity when non-null.
+    unsafe { p.as_mut() }.ok_or_else(|| null(arg))
+}
+
+/// A UTF-8 string argument.
+///
+/// # Safety
+/// A non-null `p` must point to a NUL-terminated string.
+pub(crate) unsafe fn c_str<'a>(p: *const c_char, arg: &str) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(null(arg));
+    }
+    // SAFETY: non-null and NUL-terminated per the caller.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Error::invalid(format!("argument `{arg}` is not valid UTF-8")))
+}
+
+/// Copies `text` NUL-terminated into `buf` of `len` bytes, truncating; returns
+/// the full length of `text` (without the NUL).
+///
+/// # Safety
+/// `buf` must be NULL or point to `len` writable bytes.
+pub(crate) unsafe fn copy_out(text: &str, buf: *mut c_char, len: usize) -> usize {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: n + 1 <= len bytes are writable at buf; source has n bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len()
+}

@@ -1,0 +1,47 @@
+//! include/rocev2.h must be exactly what cbindgen generates from src/ffi.
+//! Regenerate with: ROCEV2_BLESS=1 cargo test --test header
+
+use std::path::PathBuf;
+
+#[test]
+fn header_is_up_to_date() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml");
+    let bindings = cbindgen::Builder::new()
+        .with_crate(&root)
+        .with_config(config)
+        .generate()
+        .expect("cbindgen generates the header");
+    let mut generated = Vec::new();
+    bindings.write(&mut generated);
+    let generated = String::from_utf8(generated).unwrap();
+    let path = root.join("include/rocev2.h");
+    if std::env::var_os("ROCEV2_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+        return;
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "include/rocev2.h is stale: run `ROCEV2_BLESS=1 cargo test --test header` and commit it"
+    );
+}
+
+#[test]
+fn header_declares_every_exported_function() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(root.join("include/rocev2.h")).unwrap();
+    let src = std::fs::read_to_string(root.join("src/ffi/mod.rs")).unwrap();
+    let mut n = 0;
+    for line in src.lines() {
+        if let Some(rest) = line.split("extern \"C\" fn ").nth(1) {
+            let name = rest.split('(').next().unwrap();
+            assert!(
+                header.contains(&format!("{name}(")),
+                "{name} missing from the header"
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 20, "found only {n} exported functions");
+}
