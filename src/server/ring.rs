@@ -134,7 +134,7 @@ mod tests {
                 })
             })
             .collect();
-        let mut seen = vec![0u32; 4];
+        let mut seen = [0u32; 4];
         let mut total = 0;
         while total < 40_000 {
             if let Some(v) = r.pop() {
