@@ -95,6 +95,8 @@ impl Device {
         match &self.inner {
             #[cfg(feature = "verbs")]
             DeviceInner::Verbs(d) => d.name(),
+            #[cfg(not(feature = "verbs"))]
+            _ => unreachable!("no backend variants in this build"),
         }
     }
 }
@@ -123,6 +125,8 @@ impl Server {
                     Ok(Box::new(verbs::VerbsBackend::create(d, slab)?) as _)
                 })
             }
+            #[cfg(not(feature = "verbs"))]
+            _ => unreachable!("no backend variants in this build"),
         }
     }
 }

@@ -53,6 +53,7 @@ pub(crate) fn guard(func: &str, body: impl FnOnce() -> Result<()>) -> rocev2_sta
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => rocev2_status::ROCEV2_OK,
         Ok(Err(e)) => {
+            log::debug!("{func} failed: {e}");
             set_last_error(e.message());
             status_of(e.kind())
         }

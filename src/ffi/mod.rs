@@ -541,17 +541,12 @@ pub unsafe extern "C" fn rocev2_server_create(
         // SAFETY: checked pointers, valid per the API contract.
         let out = unsafe { deref_mut(out, "out") }?;
         *out = std::ptr::null_mut();
-        // SAFETY: as above (a handle from rocev2_device_open).
-        let dev = unsafe { deref(dev as *const Device, "dev") }?;
+        // Arguments first (so a bad config is reported as such), then the handle.
         let mut sc = ServerConfig::default();
         if !cfg.is_null() {
             // SAFETY: non-null, caller-owned.
             let c = unsafe { &*cfg };
-            check_size(
-                c.struct_size,
-                std::mem::size_of::<rocev2_server_config>(),
-                "rocev2_server_config",
-            )?;
+            check_size(c.struct_size, std::mem::size_of::<rocev2_server_config>(), "rocev2_server_config")?;
             sc.max_payload = c.max_payload;
             sc.rx_queue_depth = c.rx_queue_depth;
             sc.spin_us = c.spin_us;
@@ -566,6 +561,9 @@ pub unsafe extern "C" fn rocev2_server_create(
                 }
             };
         }
+        sc.validate()?;
+        // SAFETY: as above (a handle from rocev2_device_open).
+        let dev = unsafe { deref(dev as *const Device, "dev") }?;
         let core = Server::create_core(dev, &sc)?;
         *out = Arc::into_raw(core) as *mut rocev2_server;
         Ok(())
@@ -660,9 +658,8 @@ pub unsafe extern "C" fn rocev2_server_complete_connection(
     min_rnr_timer: u32,
 ) -> rocev2_status {
     guard("rocev2_server_complete_connection", || {
-        let core = core_arc(srv)?;
         let p = ConnectParams::new(fpga_qpn, fpga_rq_psn, pmtu, min_rnr_timer)?;
-        core.complete_connection(&p)
+        core_arc(srv)?.complete_connection(&p)
     })
 }
 
