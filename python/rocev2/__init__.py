@@ -1,0 +1,744 @@
+"""rocev2: Python binding (pure ctypes) of librocev2, the RoCEv2 RC receive
+server for FPGA data streams.
+
+Offers what rogue's pyrogue wrapper (``pyrogue.protocols.RoCEv2Server``) offers,
+without pyrogue: the Mtu / RnrTimer code tables, validated config dataclasses,
+GID helpers and GID-index detection, and a :class:`Server` with rogue's getter
+names (``getQpn``, ``getGid``, ...) plus snake_case ones.
+
+Frames arrive on loan, zero-copy: ``frame.data`` is a memoryview into the
+receive slab, valid until ``frame.release()`` (or the frame is garbage
+collected). Use the pull API (``server.poll()``, ``for frame in
+server.frames()``) or a callback (``server.set_frame_callback(fn)``).
+
+The library is found through ``$ROCEV2_LIBRARY`` (a path), then next to this
+package, then the system loader (``librocev2.so.1``).
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import enum
+import os
+import socket
+import struct
+import threading
+import typing
+
+__all__ = [
+    "Rocev2Error", "Mtu", "RnrTimer", "PMTU_BYTES", "MIN_RNR_TIMER_MS",
+    "ServerCfg", "TransportCfg", "HostParams", "Frame", "Server", "ChannelView",
+    "ip_to_gid_bytes", "gid_bytes_to_str", "host_ip_from_gid", "parse_gid",
+    "detect_gid_index", "validate_channel", "library", "version", "abi_version",
+    "DEFAULT_MAX_PAYLOAD", "DEFAULT_RX_QUEUE_DEPTH", "list_devices",
+]
+
+ABI_VERSION = 1
+DEFAULT_MAX_PAYLOAD = 9000      # rogue C++ DefaultMaxPayload
+DEFAULT_RX_QUEUE_DEPTH = 256    # rogue C++ DefaultRxQueueDepth
+
+# ---------------------------------------------------------------------------
+# Library loading and the C declarations
+# ---------------------------------------------------------------------------
+
+_STATUS_NAMES = {
+    0: "OK", 1: "INVALID_ARGUMENT", 2: "NULL_POINTER", 3: "NO_DEVICE",
+    4: "DEVICE_NOT_FOUND", 5: "DEVICE", 6: "STATE", 7: "TIMEOUT", 8: "STOPPED",
+    9: "UNSUPPORTED", 10: "IO", 11: "NO_MEMORY", 12: "UNKNOWN_TOKEN",
+    13: "NOT_FOUND", 14: "BUFFER_TOO_SMALL", 15: "PANIC", 16: "INTERNAL",
+}
+_OK, _TIMEOUT, _NOT_FOUND = 0, 7, 13
+
+
+class Rocev2Error(RuntimeError):
+    """A failed library call: ``status`` (int), ``status_name`` and the
+    library's message (``str(err)``)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.status_name = _STATUS_NAMES.get(status, f"status {status}")
+
+
+class _DeviceConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("ib_port", ctypes.c_uint8),
+                ("gid_index", ctypes.c_uint8), ("udp_port", ctypes.c_uint16),
+                ("name", ctypes.c_char_p), ("bind_addr", ctypes.c_char_p)]
+
+
+class _ServerConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("max_payload", ctypes.c_uint32),
+                ("rx_queue_depth", ctypes.c_uint32), ("spin_us", ctypes.c_uint32),
+                ("stop_timeout_ms", ctypes.c_uint32), ("cpu_affinity", ctypes.c_int32)]
+
+
+class _HostParams(ctypes.Structure):
+    _fields_ = [("qpn", ctypes.c_uint32), ("rq_psn", ctypes.c_uint32),
+                ("sq_psn", ctypes.c_uint32), ("mr_len", ctypes.c_uint32),
+                ("mr_addr", ctypes.c_uint64), ("mr_rkey", ctypes.c_uint32),
+                ("gid", ctypes.c_uint8 * 16), ("gid_str", ctypes.c_char * 40)]
+
+
+class _Frame(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("len", ctypes.c_uint32),
+                ("channel", ctypes.c_uint32), ("immediate", ctypes.c_uint32),
+                ("slot", ctypes.c_uint32), ("token", ctypes.c_uint64)]
+
+
+_STAT_FIELDS = [
+    "frames", "bytes", "releases", "reposts", "repost_batches", "parks",
+    "completion_errors", "flush_errors", "bad_length", "unexpected_opcode",
+    "invalid_releases", "callback_panics", "packets_rx", "packets_tx", "acks_tx",
+    "rnr_naks_tx", "seq_naks_tx", "invalid_naks_tx", "duplicates",
+    "out_of_sequence", "foreign_packets", "malformed", "icrc_errors",
+    "icrc_unchecked", "loans_outstanding",
+]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = ([("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS])
+
+
+_FRAME_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Frame))
+_LOG_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p)
+
+
+def _candidates() -> typing.List[str]:
+    out = []
+    env = os.environ.get("ROCEV2_LIBRARY")
+    if env:
+        out.append(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("librocev2.so", "librocev2.so.1"):
+        p = os.path.join(here, name)
+        if os.path.exists(p):
+            out.append(p)
+    out += ["librocev2.so.1", "librocev2.so"]
+    return out
+
+
+def _load() -> ctypes.CDLL:
+    errors = []
+    for cand in _candidates():
+        try:
+            lib = ctypes.CDLL(cand)
+        except OSError as e:
+            errors.append(f"{cand}: {e}")
+            continue
+        _declare(lib)
+        if lib.rocev2_abi_version() != ABI_VERSION:
+            raise ImportError(f"{cand} has C ABI version {lib.rocev2_abi_version()}, "
+                              f"this package needs {ABI_VERSION}")
+        return lib
+    raise ImportError("cannot load librocev2: set ROCEV2_LIBRARY to its path, or install it "
+                      "(cmake -S cmake -B build && cmake --install build). Tried:\n  "
+                      + "\n  ".join(errors))
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    S, P, U32, U64, I32 = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+    sig = {
+        "rocev2_version": (ctypes.c_char_p, []),
+        "rocev2_abi_version": (U32, []),
+        "rocev2_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
+        "rocev2_set_log_callback": (S, [_LOG_CB, P, ctypes.c_int]),
+        "rocev2_device_config_init": (S, [ctypes.POINTER(_DeviceConfig)]),
+        "rocev2_device_open": (S, [ctypes.POINTER(_DeviceConfig), ctypes.POINTER(P)]),
+        "rocev2_device_close": (None, [P]),
+        "rocev2_list_devices": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+        "rocev2_server_config_init": (S, [ctypes.POINTER(_ServerConfig)]),
+        "rocev2_server_create": (S, [P, ctypes.POINTER(_ServerConfig), ctypes.POINTER(P)]),
+        "rocev2_server_set_fpga_gid": (S, [P, ctypes.c_char_p]),
+        "rocev2_server_get_host_params": (S, [P, ctypes.POINTER(_HostParams)]),
+        "rocev2_server_set_frame_callback": (S, [P, _FRAME_CB, P]),
+        "rocev2_server_complete_connection": (S, [P, U32, U32, U32, U32]),
+        "rocev2_server_poll_frame": (S, [P, I32, ctypes.POINTER(_Frame)]),
+        "rocev2_server_release": (S, [P, U64]),
+        "rocev2_server_get_stats": (S, [P, ctypes.POINTER(_Stats)]),
+        "rocev2_server_is_running": (ctypes.c_int, [P]),
+        "rocev2_server_stop": (S, [P]),
+        "rocev2_server_destroy": (None, [P]),
+        "rocev2_gid_parse": (S, [ctypes.c_char_p, ctypes.c_char_p]),
+        "rocev2_gid_format": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+        "rocev2_detect_gid_index": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint8,
+                                        ctypes.c_char_p, ctypes.POINTER(U32)]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+library = _load()
+
+
+def _last_error() -> str:
+    n = library.rocev2_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    library.rocev2_last_error(buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
+
+
+def _check(status: int) -> None:
+    if status != _OK:
+        raise Rocev2Error(status, _last_error())
+
+
+def version() -> str:
+    """The library version string."""
+    return library.rocev2_version().decode()
+
+
+def abi_version() -> int:
+    """The library's C ABI version."""
+    return library.rocev2_abi_version()
+
+
+def list_devices() -> typing.List[str]:
+    """Names of the ibverbs devices on this host."""
+    count = ctypes.c_size_t(0)
+    buf = ctypes.create_string_buffer(4096)
+    _check(library.rocev2_list_devices(buf, len(buf), ctypes.byref(count)))
+    return [n for n in buf.value.decode().split(",") if n]
+
+
+# ---------------------------------------------------------------------------
+# Transport vocabulary (the pyrogue wrapper's tables)
+# ---------------------------------------------------------------------------
+
+class Mtu(enum.IntEnum):
+    """Path MTU codes (libibverbs ibv_mtu)."""
+    MTU_256 = 1
+    MTU_512 = 2
+    MTU_1024 = 3
+    MTU_2048 = 4
+    MTU_4096 = 5
+
+
+PMTU_BYTES = {m: 128 << int(m) for m in Mtu}
+
+
+class RnrTimer(enum.IntEnum):
+    """IBA Min RNR NAK Timer codes (vol 1 table 45); names give milliseconds."""
+    MS_655_36 = 0
+    MS_0_01 = 1
+    MS_0_02 = 2
+    MS_0_03 = 3
+    MS_0_04 = 4
+    MS_0_06 = 5
+    MS_0_08 = 6
+    MS_0_12 = 7
+    MS_0_16 = 8
+    MS_0_24 = 9
+    MS_0_32 = 10
+    MS_0_48 = 11
+    MS_0_64 = 12
+    MS_0_96 = 13
+    MS_1_28 = 14
+    MS_1_92 = 15
+    MS_2_56 = 16
+    MS_3_84 = 17
+    MS_5_12 = 18
+    MS_7_68 = 19
+    MS_10_24 = 20
+    MS_15_36 = 21
+    MS_20_48 = 22
+    MS_30_72 = 23
+    MS_40_96 = 24
+    MS_61_44 = 25
+    MS_81_92 = 26
+    MS_122_88 = 27
+    MS_163_84 = 28
+    MS_245_76 = 29
+    MS_327_68 = 30
+    MS_491_52 = 31
+
+
+MIN_RNR_TIMER_MS = {t: float(t.name[3:].replace("_", ".")) for t in RnrTimer}
+
+
+def _check_pmtu(pmtu: int, where: str) -> None:
+    if pmtu not in PMTU_BYTES:
+        raise Rocev2Error(1, f"{where}: pmtu must be a valid Mtu code "
+                          f"({', '.join(f'{int(m)}={b}' for m, b in PMTU_BYTES.items())}); got {pmtu}")
+
+
+def _check_rnr(code: int, where: str) -> None:
+    if code not in MIN_RNR_TIMER_MS:
+        raise Rocev2Error(1, f"{where}: minRnrTimer must be an IB RNR timer code 0..31 "
+                          f"(see MIN_RNR_TIMER_MS); got {code}")
+
+
+# ---------------------------------------------------------------------------
+# GID helpers
+# ---------------------------------------------------------------------------
+
+def ip_to_gid_bytes(ip: str) -> bytes:
+    """IPv4 string -> 16-byte IPv4-mapped GID."""
+    return b"\x00" * 10 + b"\xff\xff" + socket.inet_aton(ip)
+
+
+def gid_bytes_to_str(gid: bytes) -> str:
+    """16 GID bytes -> ibv_devinfo form (8 groups of 4 hex digits)."""
+    if len(gid) != 16:
+        raise Rocev2Error(1, f"GID must be 16 bytes, got {len(gid)}")
+    return ":".join(f"{w:04x}" for w in struct.unpack(">8H", gid))
+
+
+def parse_gid(text: str) -> bytes:
+    """ibv_devinfo form, IPv6 text or an IPv4 address -> 16 bytes (via the library)."""
+    out = ctypes.create_string_buffer(16)
+    _check(library.rocev2_gid_parse(text.encode(), out))
+    return out.raw
+
+
+def host_ip_from_gid(gid: str) -> str:
+    """IPv4 of an 8-group IPv4-mapped GID string; '' for anything else."""
+    groups = gid.split(":")
+    if len(groups) != 8 or groups[5].lower() != "ffff":
+        return ""
+    try:
+        return ".".join(str(b) for b in bytes.fromhex(groups[6] + groups[7]))
+    except ValueError:
+        return ""
+
+
+def detect_gid_index(device: str, ip: str, ib_port: int = 1,
+                     sysfs_root: typing.Optional[str] = None) -> typing.Optional[int]:
+    """GID-table index of the RoCE v2 IPv4 GID on ``ip``'s /24 (sysfs), or None."""
+    out = ctypes.c_uint32(0)
+    st = library.rocev2_detect_gid_index(device.encode(), ip.encode(), ib_port,
+                                         sysfs_root.encode() if sysfs_root else None,
+                                         ctypes.byref(out))
+    if st == _NOT_FOUND:
+        return None
+    _check(st)
+    return out.value
+
+
+def validate_channel(channel: int) -> int:
+    """Checks a channel id (immediate bits [7:0]): 0..255."""
+    if not isinstance(channel, int) or not 0 <= channel <= 0xFF:
+        raise Rocev2Error(1, f"channel must be in the range 0..255 (bits [7:0] of the "
+                          f"RDMA immediate value); got {channel}")
+    return channel
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ServerCfg:
+    """Bring-up configuration (pyrogue RoCEv2ServerCfg). ``gidIndex`` -1
+    auto-detects from sysfs; ``maxPayload`` defaults to 4096 like pyrogue
+    (None = the C++ default 9000); ``rxQueueDepth`` None = 256. ``deviceName``
+    "soft" selects the userspace backend (``bindAddr``/``udpPort``)."""
+    ip: str
+    deviceName: str
+    ibPort: int = 1
+    gidIndex: int = -1
+    maxPayload: typing.Optional[int] = 4096
+    rxQueueDepth: typing.Optional[int] = None
+    bindAddr: str = "127.0.0.1"
+    udpPort: int = 4791
+    spinUs: int = 50
+    stopTimeoutMs: int = 5000
+    cpuAffinity: int = -1
+
+    def __post_init__(self) -> None:
+        socket.inet_aton(self.ip)
+        if self.maxPayload is None:
+            self.maxPayload = DEFAULT_MAX_PAYLOAD
+        if self.rxQueueDepth is None:
+            self.rxQueueDepth = DEFAULT_RX_QUEUE_DEPTH
+        if not 1 <= self.ibPort <= 255:
+            raise Rocev2Error(1, f"ibPort must be in the range 1..255; got {self.ibPort}")
+        if not -1 <= self.gidIndex <= 255:
+            raise Rocev2Error(1, f"gidIndex must be -1 (auto) or 0..255; got {self.gidIndex}")
+        mr_len = self.maxPayload * self.rxQueueDepth
+        if mr_len >= 1 << 32:
+            raise Rocev2Error(1, f"FPGA MR length {mr_len} bytes ({mr_len / 2**30:.1f} GiB) exceeds "
+                              f"the 32-bit field of the metadata bus. Reduce maxPayload "
+                              f"({self.maxPayload}) or rxQueueDepth ({self.rxQueueDepth}).")
+
+
+@dataclasses.dataclass
+class TransportCfg:
+    """Transport knobs (pyrogue RoCEv2TransportCfg), validated at construction.
+    ``rnrRetry``/``retryCount`` govern the FPGA side only."""
+    pmtu: int = Mtu.MTU_4096
+    minRnrTimer: int = 12
+    rnrRetry: int = 7
+    retryCount: int = 3
+
+    def __post_init__(self) -> None:
+        _check_pmtu(self.pmtu, "TransportCfg")
+        _check_rnr(self.minRnrTimer, "TransportCfg")
+
+
+class HostParams(typing.NamedTuple):
+    """What the FPGA engine's setupConnection() consumes."""
+    hostQpn: int
+    hostRqPsn: int
+    hostSqPsn: int
+    mrAddr: int
+    mrLen: int
+
+
+# ---------------------------------------------------------------------------
+# Frames and the server
+# ---------------------------------------------------------------------------
+
+class Frame:
+    """A received frame on loan. ``data`` is a read-only memoryview into the
+    receive slab (zero copy), valid until :meth:`release`. Released on garbage
+    collection or context-manager exit if not before."""
+    __slots__ = ("_server", "_token", "data", "channel", "immediate", "slot", "address")
+
+    def __init__(self, server: "Server", f: _Frame):
+        self._server = server
+        self._token = f.token
+        self.address = f.data
+        buf = (ctypes.c_uint8 * f.len).from_address(f.data)
+        self.data = memoryview(buf).cast("B").toreadonly()
+        self.channel = f.channel
+        self.immediate = f.immediate
+        self.slot = f.slot
+
+    @property
+    def ring_position(self) -> int:
+        """The FPGA's ring position: immediate bits [31:8]."""
+        return self.immediate >> 8
+
+    def __len__(self) -> int:
+        return len(self.data) if self._token else 0
+
+    def tobytes(self) -> bytes:
+        """A copy of the payload."""
+        return self.data.tobytes()
+
+    def release(self) -> None:
+        """Returns the slot to the receiver (idempotent)."""
+        if self._token:
+            token, self._token = self._token, 0
+            self.data.release()
+            self._server._release(token)
+
+    def __enter__(self) -> "Frame":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"Frame(channel={self.channel}, len={len(self)}, "
+                f"ring_position={self.ring_position}, slot={self.slot})")
+
+
+class Server:
+    """The RoCEv2 receive server (rogue ``rogue.protocols.rocev2.Server``).
+
+    ``Server(ServerCfg(...))`` opens the device (rogue's Core), creates the
+    server (QP in INIT) and sets the FPGA GID from ``cfg.ip``. Then
+    :meth:`get_host_params` (program the FPGA), optionally
+    :meth:`set_frame_callback`, :meth:`complete_connection`, and frames.
+    """
+
+    def __init__(self, cfg: ServerCfg):
+        self._cfg = cfg
+        self._dev = ctypes.c_void_p()
+        self._srv = ctypes.c_void_p()
+        self._cb = None
+        self._lock = threading.Lock()
+        self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        gid_index = cfg.gidIndex
+        if gid_index < 0:
+            if cfg.deviceName == "soft":
+                gid_index = 0
+            else:
+                detected = detect_gid_index(cfg.deviceName, cfg.ip, cfg.ibPort)
+                if detected is None:
+                    raise Rocev2Error(13, f"could not auto-detect a RoCE v2 IPv4 GID on "
+                                      f"{cfg.deviceName} matching {cfg.ip}'s subnet — pass "
+                                      f"gidIndex explicitly (see: ibv_devinfo -v -d {cfg.deviceName})")
+                gid_index = detected
+        self.gidIndex = gid_index
+        dc = _DeviceConfig()
+        _check(library.rocev2_device_config_init(ctypes.byref(dc)))
+        dc.name = cfg.deviceName.encode()
+        dc.ib_port = cfg.ibPort
+        dc.gid_index = gid_index
+        dc.bind_addr = cfg.bindAddr.encode()
+        dc.udp_port = cfg.udpPort
+        _check(library.rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
+        try:
+            sc = _ServerConfig()
+            _check(library.rocev2_server_config_init(ctypes.byref(sc)))
+            sc.max_payload = cfg.maxPayload
+            sc.rx_queue_depth = cfg.rxQueueDepth
+            sc.spin_us = cfg.spinUs
+            sc.stop_timeout_ms = cfg.stopTimeoutMs
+            sc.cpu_affinity = cfg.cpuAffinity
+            _check(library.rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
+            self.setFpgaGid(ip_to_gid_bytes(cfg.ip))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------
+    def _handle(self) -> ctypes.c_void_p:
+        if not self._srv:
+            raise Rocev2Error(8, "server is closed")
+        return self._srv
+
+    def setFpgaGid(self, gid: typing.Union[bytes, str]) -> None:
+        """FPGA GID: 16 bytes, or text (IPv4 / GID string)."""
+        raw = parse_gid(gid) if isinstance(gid, str) else bytes(gid)
+        if len(raw) != 16:
+            raise Rocev2Error(1, f"GID must be 16 bytes, got {len(raw)}")
+        _check(library.rocev2_server_set_fpga_gid(self._handle(), raw))
+
+    set_fpga_gid = setFpgaGid
+
+    def set_frame_callback(self, fn: typing.Callable[[Frame], None]) -> None:
+        """Calls ``fn(frame)`` on the receive thread for every frame (before
+        complete_connection). The frame is released when ``fn`` drops it."""
+        def trampoline(_user, fp):
+            fn(Frame(self, fp.contents))
+        cb = _FRAME_CB(trampoline)
+        _check(library.rocev2_server_set_frame_callback(self._handle(), cb, None))
+        self._cb = cb  # keep the C function pointer alive
+
+    def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
+                           pmtu: int = Mtu.MTU_4096, minRnrTimer: int = 12) -> None:
+        """INIT->RTR->RTS and start receiving. ``fpgaRqPsn`` defaults to the
+        host SQ PSN (surf programs the FPGA's send PSN with it)."""
+        _check_pmtu(pmtu, "completeConnection")
+        _check_rnr(minRnrTimer, "completeConnection")
+        if fpgaRqPsn is None:
+            fpgaRqPsn = self.getSqPsn()
+        _check(library.rocev2_server_complete_connection(self._handle(), fpgaQpn, fpgaRqPsn,
+                                                         int(pmtu), int(minRnrTimer)))
+
+    def complete_connection(self, fpga_qpn: int, fpga_rq_psn: typing.Optional[int] = None,
+                            transport: typing.Optional[TransportCfg] = None) -> None:
+        """snake_case form taking a :class:`TransportCfg` (default: pmtu 4096, RNR 0.64 ms)."""
+        t = transport or TransportCfg()
+        self.completeConnection(fpga_qpn, fpga_rq_psn, t.pmtu, t.minRnrTimer)
+
+    def stop(self) -> None:
+        """Stops receiving (idempotent); loaned frames stay valid until released."""
+        if self._srv:
+            _check(library.rocev2_server_stop(self._srv))
+
+    def close(self) -> None:
+        """Stops and frees the server and device handles."""
+        if self._srv:
+            library.rocev2_server_destroy(self._srv)
+            # Outstanding frames still release through the (now zombie) handle.
+        if self._dev:
+            library.rocev2_device_close(self._dev)
+            self._dev = ctypes.c_void_p()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _release(self, token: int) -> None:
+        if self._srv:
+            _check(library.rocev2_server_release(self._srv, token))
+
+    # -- frames ------------------------------------------------------------
+    def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        f = _Frame()
+        st = library.rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
+        if st == _TIMEOUT:
+            return None
+        _check(st)
+        return Frame(self, f)
+
+    def poll(self, timeout: typing.Optional[float] = None,
+             channel: typing.Optional[int] = None) -> typing.Optional[Frame]:
+        """The next frame (optionally of one channel), or None after ``timeout``
+        seconds (None waits forever). Raises Rocev2Error (STOPPED) once stopped."""
+        if channel is None:
+            with self._lock:
+                for ch in sorted(self._pending):
+                    if self._pending[ch]:
+                        return self._pending[ch].popleft()
+            return self._poll_raw(timeout)
+        validate_channel(channel)
+        import time
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._pending[channel]:
+                    return self._pending[channel].popleft()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            f = self._poll_raw(left)
+            if f is None:
+                return None
+            if f.channel == channel:
+                return f
+            with self._lock:
+                self._pending[f.channel].append(f)
+
+    def frames(self, timeout: typing.Optional[float] = None,
+               channel: typing.Optional[int] = None) -> typing.Iterator[Frame]:
+        """Iterates frames until the server stops (or ``timeout`` passes with none)."""
+        while True:
+            try:
+                f = self.poll(timeout, channel)
+            except Rocev2Error as e:
+                if e.status == 8:
+                    return
+                raise
+            if f is None:
+                return
+            yield f
+
+    def __iter__(self) -> typing.Iterator[Frame]:
+        return self.frames()
+
+    def channel(self, channel: int) -> "ChannelView":
+        """A view of one channel (immediate bits [7:0]), 0..255."""
+        return ChannelView(self, validate_channel(channel))
+
+    getChannel = channel
+
+    # -- getters (rogue names) ---------------------------------------------
+    def _hp(self) -> _HostParams:
+        hp = _HostParams()
+        _check(library.rocev2_server_get_host_params(self._handle(), ctypes.byref(hp)))
+        return hp
+
+    def getQpn(self) -> int:
+        return self._hp().qpn
+
+    def getGid(self) -> str:
+        return self._hp().gid_str.decode()
+
+    def getRqPsn(self) -> int:
+        return self._hp().rq_psn
+
+    def getSqPsn(self) -> int:
+        return self._hp().sq_psn
+
+    def getMrAddr(self) -> int:
+        return self._hp().mr_addr
+
+    def getMrRkey(self) -> int:
+        return self._hp().mr_rkey
+
+    def maxPayload(self) -> int:
+        return self._cfg.maxPayload
+
+    def getFrameCount(self) -> int:
+        return self.stats()["frames"]
+
+    def getByteCount(self) -> int:
+        return self.stats()["bytes"]
+
+    qpn = property(getQpn)
+    gid = property(getGid)
+    rq_psn = property(getRqPsn)
+    sq_psn = property(getSqPsn)
+    mr_addr = property(getMrAddr)
+    mr_rkey = property(getMrRkey)
+    frame_count = property(getFrameCount)
+    byte_count = property(getByteCount)
+
+    @property
+    def host_ip(self) -> str:
+        return host_ip_from_gid(self.getGid())
+
+    def get_host_params(self) -> HostParams:
+        """The five values the FPGA engine's setupConnection() takes."""
+        hp = self._hp()
+        mr_len = self._cfg.maxPayload * self._cfg.rxQueueDepth
+        if mr_len >= 1 << 32:
+            raise Rocev2Error(1, f"FPGA MR length {mr_len} bytes exceeds the 32-bit field of the "
+                              f"metadata bus. Reduce maxPayload or rxQueueDepth.")
+        return HostParams(hp.qpn, hp.rq_psn, hp.sq_psn, hp.mr_addr, hp.mr_len)
+
+    getHostParams = get_host_params
+
+    def stats(self) -> typing.Dict[str, int]:
+        """All counters by name."""
+        s = _Stats()
+        s.struct_size = ctypes.sizeof(_Stats)
+        _check(library.rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
+        return {n: getattr(s, n) for n in _STAT_FIELDS}
+
+    def is_running(self) -> bool:
+        return bool(self._srv) and library.rocev2_server_is_running(self._srv) != 0
+
+    def conn_info(self) -> str:
+        """The RC connection summary (QP/GID/MR and buffer sizing)."""
+        hp = self._hp()
+        c = self._cfg
+        return (f"--- RoCEv2 connection info ---\n"
+                f"  Device          : {c.deviceName} port={c.ibPort} GID idx={self.gidIndex}\n"
+                f"  Host QPN        : {hex(hp.qpn)}\n"
+                f"  Host GID        : {hp.gid_str.decode()}\n"
+                f"  Host RQ/SQ PSN  : {hex(hp.rq_psn)} / {hex(hp.sq_psn)}\n"
+                f"  MR addr         : {hex(hp.mr_addr)}\n"
+                f"  MR rkey         : {hex(hp.mr_rkey)}\n"
+                f"  FPGA IP         : {c.ip}\n"
+                f"  MaxPayload      : {c.maxPayload}\n"
+                f"  RxQueueDepth    : {c.rxQueueDepth}\n"
+                f"  MrLen           : {c.maxPayload * c.rxQueueDepth}\n"
+                f"------------------------------")
+
+    def printConnInfo(self) -> None:
+        print(self.conn_info())
+
+    print_conn_info = printConnInfo
+
+
+class ChannelView:
+    """Frames of one channel of a :class:`Server` (pull API)."""
+
+    def __init__(self, server: Server, channel: int):
+        self.server = server
+        self.channel = channel
+
+    def poll(self, timeout: typing.Optional[float] = None) -> typing.Optional[Frame]:
+        return self.server.poll(timeout, self.channel)
+
+    def __iter__(self) -> typing.Iterator[Frame]:
+        return self.server.frames(channel=self.channel)
+
+
+# ---------------------------------------------------------------------------
+# Logging: forward library records to Python's logging ("rocev2.Server")
+# ---------------------------------------------------------------------------
+
+_log_cb_ref = None
+
+
+def forward_logs_to_python(level: int = 3) -> None:
+    """Routes library logs to the Python logger ``rocev2.Server`` (level:
+    0 off .. 5 trace; default 3 = info)."""
+    import logging
+    logger = logging.getLogger("rocev2.Server")
+    py_level = {1: logging.ERROR, 2: logging.WARNING, 3: logging.INFO, 4: logging.DEBUG, 5: logging.DEBUG}
+
+    def on_log(_user, lvl, target, message):
+        logger.log(py_level.get(lvl, logging.INFO), "%s", message.decode("utf-8", "replace"))
+
+    global _log_cb_ref
+    _log_cb_ref = _LOG_CB(on_log)
+    _check(library.rocev2_set_log_callback(_log_cb_ref, None, level))
