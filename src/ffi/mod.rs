@@ -546,7 +546,11 @@ pub unsafe extern "C" fn rocev2_server_create(
         if !cfg.is_null() {
             // SAFETY: non-null, caller-owned.
             let c = unsafe { &*cfg };
-            check_size(c.struct_size, std::mem::size_of::<rocev2_server_config>(), "rocev2_server_config")?;
+            check_size(
+                c.struct_size,
+                std::mem::size_of::<rocev2_server_config>(),
+                "rocev2_server_config",
+            )?;
             sc.max_payload = c.max_payload;
             sc.rx_queue_depth = c.rx_queue_depth;
             sc.spin_us = c.spin_us;
