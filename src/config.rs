@@ -133,6 +133,10 @@ pub struct DeviceConfig {
     pub bind_addr: String,
     /// Soft backend: UDP port to bind (default 4791; 0 picks a free port).
     pub udp_port: u16,
+    /// Soft backend: UDP port the FPGA listens on, where ACKs go (default
+    /// 4791, the RoCEv2 port; 0 = reply to each packet's source port, for
+    /// emulators on ephemeral ports).
+    pub peer_udp_port: u16,
 }
 
 impl DeviceConfig {
@@ -144,6 +148,7 @@ impl DeviceConfig {
             gid_index: 0,
             bind_addr: "127.0.0.1".into(),
             udp_port: ROCE_UDP_PORT,
+            peer_udp_port: ROCE_UDP_PORT,
         }
     }
     /// Checks the fields that can be checked without a device.
@@ -283,6 +288,8 @@ pub struct HostParams {
     pub mr_rkey: u32,
     /// Host GID.
     pub gid: crate::Gid,
+    /// UDP port the host receives on (4791 on verbs; the bound port on soft).
+    pub udp_port: u16,
 }
 
 #[cfg(test)]

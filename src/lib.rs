@@ -9,7 +9,7 @@
 //! reaches the FPGA as RNR NAKs, never as lost data.
 //!
 //! Layers: [`ffi`] (the stable C API) -> [`Server`] (backend-agnostic core) ->
-//! backends (`verbs`: libibverbs; `soft`: userspace, planned) -> config, gid, error.
+//! backends (`verbs`: libibverbs; `soft`: userspace RoCEv2 over UDP) -> config, gid, error.
 //!
 //! ```no_run
 //! use rocev2::{ConnectParams, Device, DeviceConfig, Gid, Server, ServerConfig};
@@ -32,6 +32,7 @@ pub mod error;
 pub mod ffi;
 pub mod gid;
 mod server;
+pub mod soft;
 mod sys;
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -62,6 +63,7 @@ pub struct Device {
 enum DeviceInner {
     #[cfg(feature = "verbs")]
     Verbs(Arc<verbs::VerbsDevice>),
+    Soft(Arc<soft::SoftDevice>),
 }
 
 impl Device {
@@ -70,6 +72,11 @@ impl Device {
     /// checked here; [`Server::create`] checks it.
     pub fn open(cfg: &DeviceConfig) -> Result<Device> {
         cfg.validate()?;
+        if cfg.name == "soft" {
+            return Ok(Device {
+                inner: DeviceInner::Soft(Arc::new(soft::SoftDevice::open(cfg)?)),
+            });
+        }
         #[cfg(feature = "verbs")]
         {
             let dev = verbs::VerbsDevice::open(&cfg.name, cfg.ib_port, cfg.gid_index)?;
@@ -83,7 +90,7 @@ impl Device {
                 ErrorKind::Unsupported,
                 format!(
                     "cannot open RDMA device '{}': this build of rocev2 has no verbs backend \
-                     (rebuild with the `verbs` feature)",
+                     (rebuild with the `verbs` feature, or use the \"soft\" device)",
                     cfg.name
                 ),
             ))
@@ -95,8 +102,7 @@ impl Device {
         match &self.inner {
             #[cfg(feature = "verbs")]
             DeviceInner::Verbs(d) => d.name(),
-            #[cfg(not(feature = "verbs"))]
-            _ => unreachable!("no backend variants in this build"),
+            DeviceInner::Soft(d) => d.name(),
         }
     }
 }
@@ -121,12 +127,16 @@ impl Server {
             DeviceInner::Verbs(d) => {
                 let name = d.name().to_string();
                 let d = Arc::clone(d);
-                ServerCore::create(&name, cfg, move |slab| {
+                ServerCore::create(&name, cfg, move |slab, _counters| {
                     Ok(Box::new(verbs::VerbsBackend::create(d, slab)?) as _)
                 })
             }
-            #[cfg(not(feature = "verbs"))]
-            _ => unreachable!("no backend variants in this build"),
+            DeviceInner::Soft(d) => {
+                let d = Arc::clone(d);
+                ServerCore::create("soft", cfg, move |slab, counters| {
+                    Ok(Box::new(soft::SoftBackend::create(&d, slab, counters)?) as _)
+                })
+            }
         }
     }
 }

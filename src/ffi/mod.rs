@@ -135,9 +135,16 @@ pub struct rocev2_device_config {
     /// GID table index of the host's RoCE v2 IPv4 GID (default 0; checked when
     /// a server is created, not at open; see rocev2_detect_gid_index).
     pub gid_index: u8,
-    /// UDP port for the soft backend (default 4791).
+    /// UDP port for the soft backend (default 4791; 0 = any free port, see
+    /// rocev2_host_params.udp_port).
     pub udp_port: u16,
-    /// Device name, e.g. "mlx5_0" or "rxe0" (NUL-terminated; copied).
+    /// Soft backend: the FPGA's UDP port, where ACKs go (default 4791; 0 =
+    /// reply to each packet's source port).
+    pub peer_udp_port: u16,
+    /// Reserved, 0.
+    pub reserved: u16,
+    /// Device name, e.g. "mlx5_0" or "rxe0", or "soft" for the userspace
+    /// backend (NUL-terminated; copied).
     pub name: *const c_char,
     /// Local IPv4 address for the soft backend (NULL = 127.0.0.1; copied).
     pub bind_addr: *const c_char,
@@ -182,6 +189,8 @@ pub struct rocev2_host_params {
     pub gid: [u8; 16],
     /// Host GID as text, "0000:0000:0000:0000:0000:ffff:0a00:0001" (NUL-terminated).
     pub gid_str: [c_char; 40],
+    /// UDP port the host receives on (4791; the bound port on the soft backend).
+    pub udp_port: u16,
 }
 
 /// A received frame on loan. `data` points into the receive slab (zero copy)
@@ -392,7 +401,8 @@ pub extern "C" fn rocev2_set_log_callback(
 // Devices
 // ---------------------------------------------------------------------------
 
-/// Fills `cfg` with defaults (port 1, GID index 0, UDP port 4791, no name).
+/// Fills `cfg` with defaults (port 1, GID index 0, UDP ports 4791, no name,
+/// bind 127.0.0.1).
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_device_config_init(
     cfg: *mut rocev2_device_config,
@@ -405,6 +415,8 @@ pub unsafe extern "C" fn rocev2_device_config_init(
             ib_port: 1,
             gid_index: 0,
             udp_port: crate::config::ROCE_UDP_PORT,
+            peer_udp_port: crate::config::ROCE_UDP_PORT,
+            reserved: 0,
             name: std::ptr::null(),
             bind_addr: std::ptr::null(),
         };
@@ -448,6 +460,7 @@ pub unsafe extern "C" fn rocev2_device_open(
         dc.ib_port = c.ib_port;
         dc.gid_index = c.gid_index;
         dc.udp_port = c.udp_port;
+        dc.peer_udp_port = c.peer_udp_port;
         if !c.bind_addr.is_null() {
             // SAFETY: as above.
             dc.bind_addr = unsafe { c_str(c.bind_addr, "cfg->bind_addr") }?.to_string();
@@ -616,6 +629,7 @@ pub unsafe extern "C" fn rocev2_server_get_host_params(
             mr_rkey: h.mr_rkey,
             gid: h.gid.0,
             gid_str,
+            udp_port: h.udp_port,
         };
         Ok(())
     })

@@ -59,6 +59,7 @@ pub(crate) struct BackendInfo {
     pub qpn: u32,
     pub gid: Gid,
     pub rkey: u32,
+    pub udp_port: u16,
 }
 
 /// A transport: the verbs QP or the soft responder. Used by one thread at a
@@ -119,7 +120,7 @@ pub struct ServerCore {
     device_name: String,
     slab: Arc<Slab>,
     host: HostParams,
-    counters: Counters,
+    counters: Arc<Counters>,
     releases: SlotRing,
     wake: EventFd,
     parked: AtomicBool,
@@ -213,11 +214,12 @@ impl ServerCore {
     pub(crate) fn create(
         device_name: &str,
         cfg: &ServerConfig,
-        make_backend: impl FnOnce(&Arc<Slab>) -> Result<Box<dyn Backend>>,
+        make_backend: impl FnOnce(&Arc<Slab>, &Arc<Counters>) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<ServerCore>> {
         cfg.validate()?;
         let slab = Arc::new(Slab::new(cfg.max_payload, cfg.rx_queue_depth)?);
-        let backend = make_backend(&slab)?;
+        let counters = Arc::new(Counters::default());
+        let backend = make_backend(&slab, &counters)?;
         let info = backend.info();
         let host = HostParams {
             qpn: info.qpn,
@@ -227,6 +229,7 @@ impl ServerCore {
             mr_len: slab.len() as u32,
             mr_rkey: info.rkey,
             gid: info.gid,
+            udp_port: info.udp_port,
         };
         log::info!(
             "RC QP ready on '{device_name}': qpn={:#08x} rqPsn={:#08x} sqPsn={:#08x} \
@@ -246,7 +249,7 @@ impl ServerCore {
             releases: SlotRing::new(cfg.rx_queue_depth as usize),
             slab,
             host,
-            counters: Counters::default(),
+            counters,
             wake: EventFd::new()?,
             parked: AtomicBool::new(false),
             stopping: AtomicBool::new(false),

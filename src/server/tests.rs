@@ -34,6 +34,7 @@ impl Backend for MemBackend {
             qpn: 0x42,
             gid: Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST),
             rkey: 7,
+            udp_port: 4791,
         }
     }
     fn post_recv(&mut self, slots: &[u32]) -> Result<()> {
@@ -98,7 +99,7 @@ impl Harness {
         let wire = Arc::new(Mutex::new(Wire::default()));
         let notify = Arc::new(EventFd::new().unwrap());
         let (w, n) = (wire.clone(), notify.clone());
-        let core = ServerCore::create("mem", &cfg, move |slab| {
+        let core = ServerCore::create("mem", &cfg, move |slab, _counters| {
             Ok(Box::new(MemBackend {
                 slab: slab.clone(),
                 wire: w,

@@ -478,6 +478,7 @@ impl Backend for VerbsBackend {
             gid: self.gid,
             // SAFETY: mr is live.
             rkey: unsafe { (*self.mr).rkey },
+            udp_port: crate::config::ROCE_UDP_PORT,
         }
     }
 

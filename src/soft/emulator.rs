@@ -1,0 +1,424 @@
+//! The FPGA emulator: an RC requester on a UDP socket that streams frames to a
+//! rocev2 server the way SLAC surf's RoCEv2 engine does (see
+//! [`super::requester`]), with seeded fault injection (drop, duplicate,
+//! reorder) on the packets it sends and on the ACKs it receives.
+//!
+//! ```no_run
+//! # use rocev2::soft::emulator::*;
+//! # use std::net::{Ipv4Addr, SocketAddrV4};
+//! # fn main() -> rocev2::Result<()> {
+//! let mut fpga = FpgaEmulator::new(EmulatorConfig::new(
+//!     SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 0),  // where the emulator binds
+//!     SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4791),        // the server
+//!     0x123456,                                             // host QPN
+//!     0xabcdef,                                             // host SQ PSN
+//! ))?;
+//! fpga.submit(rocev2::soft::pattern::make(0, 4096), 3);
+//! fpga.run_until_idle(std::time::Duration::from_secs(5))?;
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use super::net::UdpIo;
+use super::requester::{Requester, RequesterConfig, RequesterStats};
+use super::wire::icrc::Ipv4Udp;
+use super::wire::{self, Bth, Opcode, Packet};
+use crate::config::{Mtu, MAX_24BIT};
+use crate::error::{Error, ErrorKind, Result};
+use crate::gid::Gid;
+use crate::sys::{poll_readable, random_u32};
+
+/// Seeded fault injection, applied to packets sent and ACKs received.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// RNG seed.
+    pub seed: u64,
+    /// Probability of dropping a packet.
+    pub drop: f64,
+    /// Probability of duplicating a packet.
+    pub duplicate: f64,
+    /// Probability of delaying a packet behind the next one.
+    pub reorder: f64,
+}
+
+impl Faults {
+    /// True when any fault is enabled.
+    pub fn any(&self) -> bool {
+        self.drop > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0
+    }
+}
+
+/// Emulator settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EmulatorConfig {
+    /// Local address to bind (port 0 = any).
+    pub bind: SocketAddrV4,
+    /// The server's address (host IP, its UDP port).
+    pub host: SocketAddrV4,
+    /// The server's QPN.
+    pub host_qpn: u32,
+    /// First PSN: the host SQ PSN (surf's convention).
+    pub start_psn: u32,
+    /// Our QPN (what the host passes as fpga_qpn).
+    pub qpn: u32,
+    /// Path MTU.
+    pub pmtu: Mtu,
+    /// Packets in flight (surf: 16).
+    pub max_inflight: usize,
+    /// Retransmit timeout, IB code (14 = 67 ms).
+    pub timeout_code: u8,
+    /// Timeout retries (7).
+    pub retry_cnt: u32,
+    /// RNR retries (7 = forever).
+    pub rnr_retry: u32,
+    /// Faults injected.
+    pub faults: Faults,
+}
+
+impl EmulatorConfig {
+    /// surf's defaults: pmtu 4096, 16 in flight, timeout 14, retry 7, rnr_retry 7.
+    pub fn new(bind: SocketAddrV4, host: SocketAddrV4, host_qpn: u32, start_psn: u32) -> Self {
+        EmulatorConfig {
+            bind,
+            host,
+            host_qpn,
+            start_psn,
+            qpn: 2 + random_u32() % (MAX_24BIT - 1),
+            pmtu: Mtu::Mtu4096,
+            max_inflight: 16,
+            timeout_code: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// Emulator counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmulatorStats {
+    /// The requester's counters.
+    pub requester: RequesterStats,
+    /// Packets put on the wire (after fault injection).
+    pub packets_tx: u64,
+    /// Packets received.
+    pub packets_rx: u64,
+    /// Received packets that were not valid ACKs for us.
+    pub rx_ignored: u64,
+    /// Faults injected: dropped, duplicated, reordered.
+    pub dropped: u64,
+    /// Duplicated.
+    pub duplicated: u64,
+    /// Reordered.
+    pub reordered: u64,
+}
+
+struct Rng(u64);
+impl Rng {
+    fn chance(&mut self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// The emulator.
+pub struct FpgaEmulator {
+    cfg: EmulatorConfig,
+    io: UdpIo,
+    local: SocketAddrV4,
+    req: Requester,
+    start: Instant,
+    ring: u32,
+    rng: Rng,
+    tx_held: Option<Vec<u8>>,
+    rx_held: Option<(u32, wire::Aeth)>,
+    out: Vec<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+    stats: EmulatorStats,
+}
+
+impl FpgaEmulator {
+    /// Binds the socket; the requester starts at `cfg.start_psn`.
+    pub fn new(cfg: EmulatorConfig) -> Result<FpgaEmulator> {
+        let io = UdpIo::bind(cfg.bind, 64)?;
+        let local = io.local_addr()?;
+        let req = Requester::new(RequesterConfig {
+            dest_qpn: cfg.host_qpn,
+            start_psn: cfg.start_psn,
+            pmtu: cfg.pmtu.bytes(),
+            max_inflight: cfg.max_inflight.max(1),
+            timeout_ns: RequesterConfig::timeout_from_code(cfg.timeout_code),
+            retry_cnt: cfg.retry_cnt,
+            rnr_retry: cfg.rnr_retry,
+        });
+        Ok(FpgaEmulator {
+            rng: Rng(cfg.faults.seed | 1),
+            cfg,
+            io,
+            local,
+            req,
+            start: Instant::now(),
+            ring: 0,
+            tx_held: None,
+            rx_held: None,
+            out: Vec::new(),
+            spare: Vec::new(),
+            stats: EmulatorStats::default(),
+        })
+    }
+
+    /// Our QPN.
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+    /// Our GID (IPv4-mapped bind address).
+    pub fn gid(&self) -> Gid {
+        Gid::from_ipv4(*self.local.ip())
+    }
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        self.local
+    }
+    /// Counters.
+    pub fn stats(&self) -> EmulatorStats {
+        EmulatorStats {
+            requester: self.req.stats(),
+            ..self.stats
+        }
+    }
+    /// Frames submitted and not yet acknowledged.
+    pub fn outstanding(&self) -> usize {
+        self.req.outstanding()
+    }
+
+    /// Queues one frame on `channel`; the immediate is `ring << 8 | channel`
+    /// with the ring position counting frames (mod 2^24), like surf.
+    pub fn submit(&mut self, data: Vec<u8>, channel: u8) {
+        let imm = (self.ring << 8) | channel as u32;
+        self.ring = (self.ring + 1) & MAX_24BIT;
+        self.req.submit(data, imm);
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn fail_if_fatal(&self) -> Result<()> {
+        match self.req.fatal() {
+            Some(f) => Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "FPGA emulator gave up: {} ({} frames lost)",
+                    f.reason, f.lost_messages
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn transmit(&mut self, now: u64) -> Result<usize> {
+        let ctx = Ipv4Udp {
+            src: *self.local.ip(),
+            dst: *self.cfg.host.ip(),
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: self.local.port(),
+            dst_port: self.cfg.host.port(),
+        };
+        let f = self.cfg.faults;
+        let mut n = 0;
+        while let Some(p) = self.req.poll_transmit(now) {
+            let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
+            bth.ack_req = true;
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.resize(Packet::wire_len(p.opcode, p.payload.len()), 0);
+            let len = wire::emit(&bth, p.imm, None, p.payload, &mut buf);
+            ctx.seal(&mut buf[..len]);
+            n += 1;
+            if self.rng.chance(f.drop) {
+                self.stats.dropped += 1;
+                self.spare.push(buf);
+                continue;
+            }
+            if self.rng.chance(f.duplicate) {
+                self.stats.duplicated += 1;
+                self.out.push(buf.clone());
+            }
+            if self.tx_held.is_none() && self.rng.chance(f.reorder) {
+                self.stats.reordered += 1;
+                self.tx_held = Some(buf);
+                continue;
+            }
+            self.out.push(buf);
+            if let Some(h) = self.tx_held.take() {
+                self.out.push(h);
+            }
+        }
+        if n == 0 {
+            // Nothing new: let a held packet go so it is never stuck.
+            if let Some(h) = self.tx_held.take() {
+                self.out.push(h);
+            }
+        }
+        if !self.out.is_empty() {
+            let host = self.cfg.host;
+            let pkts: Vec<(SocketAddrV4, &[u8])> =
+                self.out.iter().map(|b| (host, &b[..])).collect();
+            let sent = self.io.send_batch(&pkts)?;
+            self.stats.packets_tx += sent as u64;
+            // What the socket did not take is lost, as on a wire; the requester recovers.
+            self.spare.append(&mut self.out);
+        }
+        Ok(n)
+    }
+
+    fn receive(&mut self, now: u64) -> Result<usize> {
+        let mut handled = 0;
+        loop {
+            let n = self.io.recv_batch()?;
+            if n == 0 {
+                break;
+            }
+            for i in 0..n {
+                let (data, from, _) = self.io.datagram(i);
+                self.stats.packets_rx += 1;
+                let ack = match Packet::parse(data) {
+                    Ok(p)
+                        if *from.ip() == *self.cfg.host.ip()
+                            && p.bth.opcode == Opcode::Acknowledge
+                            && p.bth.dest_qp == self.cfg.qpn =>
+                    {
+                        (p.bth.psn, p.aeth.expect("Acknowledge has an AETH"))
+                    }
+                    _ => {
+                        self.stats.rx_ignored += 1;
+                        continue;
+                    }
+                };
+                let f = self.cfg.faults;
+                if self.rng.chance(f.drop) {
+                    self.stats.dropped += 1;
+                    continue;
+                }
+                let copies = if self.rng.chance(f.duplicate) {
+                    self.stats.duplicated += 1;
+                    2
+                } else {
+                    1
+                };
+                for _ in 0..copies {
+                    if self.rx_held.is_none() && self.rng.chance(f.reorder) {
+                        self.stats.reordered += 1;
+                        self.rx_held = Some(ack);
+                        continue;
+                    }
+                    self.req.on_ack(ack.0, ack.1, now);
+                    if let Some((p, a)) = self.rx_held.take() {
+                        self.req.on_ack(p, a, now);
+                    }
+                }
+                handled += 1;
+            }
+        }
+        Ok(handled)
+    }
+
+    /// One round: transmit what the window allows, take in ACKs, fire timers;
+    /// waits up to `max_wait` for an ACK when nothing could be done.
+    pub fn pump(&mut self, max_wait: Duration) -> Result<()> {
+        let now = self.now();
+        let sent = self.transmit(now)?;
+        let got = self.receive(now)?;
+        self.req.on_timer(self.now());
+        self.fail_if_fatal()?;
+        if sent == 0 && got == 0 && !self.req.is_idle() {
+            let mut wait = max_wait;
+            if let Some(d) = self.req.next_deadline() {
+                wait = wait.min(Duration::from_nanos(d.saturating_sub(self.now())));
+            }
+            if self.rx_held.is_some() {
+                if let Some((p, a)) = self.rx_held.take() {
+                    self.req.on_ack(p, a, self.now());
+                }
+                return Ok(());
+            }
+            let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+            poll_readable(&[self.io.fd()], ms)?;
+        }
+        Ok(())
+    }
+
+    /// Pumps until every submitted frame is acknowledged (or `timeout`).
+    pub fn run_until_idle(&mut self, timeout: Duration) -> Result<()> {
+        let end = Instant::now() + timeout;
+        while !self.req.is_idle() {
+            if Instant::now() >= end {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "FPGA emulator: {} frames still unacknowledged after {timeout:?}",
+                        self.req.outstanding()
+                    ),
+                ));
+            }
+            self.pump(Duration::from_millis(10))?;
+        }
+        Ok(())
+    }
+
+    /// Streams `frames` pattern frames of `size` bytes (frame i on channel
+    /// `channels[i % len]`), keeping at most `queue` frames queued, and waits
+    /// until all are acknowledged. `progress(acked)` is called now and then.
+    pub fn stream(
+        &mut self,
+        frames: u64,
+        size: usize,
+        channels: &[u8],
+        queue: usize,
+        timeout: Duration,
+        mut progress: impl FnMut(u64),
+    ) -> Result<()> {
+        let end = Instant::now() + timeout;
+        let first = self.req.stats().submitted;
+        let mut next = 0u64;
+        let mut last_report = Instant::now();
+        let chans = if channels.is_empty() {
+            &[0u8][..]
+        } else {
+            channels
+        };
+        while next < frames || !self.req.is_idle() {
+            while next < frames && self.req.outstanding() < queue.max(1) {
+                let seq = first + next;
+                self.submit(
+                    super::pattern::make(seq, size),
+                    chans[(next % chans.len() as u64) as usize],
+                );
+                next += 1;
+            }
+            self.pump(Duration::from_millis(10))?;
+            if last_report.elapsed() > Duration::from_millis(100) {
+                progress(self.req.stats().acked - first);
+                last_report = Instant::now();
+            }
+            if Instant::now() >= end {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "FPGA emulator: {} of {frames} frames acknowledged after {timeout:?}",
+                        self.req.stats().acked - first
+                    ),
+                ));
+            }
+        }
+        progress(self.req.stats().acked - first);
+        Ok(())
+    }
+}

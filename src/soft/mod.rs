@@ -1,0 +1,314 @@
+//! The `soft` backend: a userspace RoCEv2 RC responder on a UDP socket. Runs
+//! on any Linux host with no RDMA NIC, no kernel module and no privileges,
+//! behind the same server core and C API as the verbs backend. Open it with
+//! device name `"soft"` and a bind address / port in the device config.
+//!
+//! Receive path: recvmmsg batches -> parse -> filter (the configured FPGA
+//! address and our QPN; everything else is a counted drop) -> the
+//! [`responder::Responder`] state machine -> payload copied into the slab slot
+//! -> completion to the core. After each batch the coalesced ACK (and any
+//! NAKs) go out with sendmmsg; their ICRC is computed for IP ID 0 / DF (what
+//! Linux sends from this socket). Received ICRCs cannot be checked from a UDP
+//! socket (no IP header): such packets are counted as `icrc_unchecked`.
+
+pub mod emulator;
+pub mod net;
+pub mod pattern;
+pub mod requester;
+pub mod responder;
+#[cfg(test)]
+mod sim_tests;
+pub mod wire;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::config::{ConnectParams, DeviceConfig, MAX_24BIT};
+use crate::error::{Error, Result};
+use crate::gid::Gid;
+use crate::server::{Backend, BackendInfo, Completion, CompletionKind, Counters, POLL_BATCH};
+use crate::sys::{poll_readable, random_u32, Slab};
+use net::UdpIo;
+use responder::{DropReason, Responder, ResponderConfig, Verdict};
+use wire::icrc::Ipv4Udp;
+use wire::{Aeth, Bth, Opcode, Packet};
+
+/// The soft "device": where to bind.
+#[derive(Debug, Clone)]
+pub struct SoftDevice {
+    bind: SocketAddrV4,
+    peer_udp_port: u16,
+}
+
+impl SoftDevice {
+    /// Checks the bind address (a specific IPv4 address: it is the host GID
+    /// and the source address the ACK ICRCs cover).
+    pub fn open(cfg: &DeviceConfig) -> Result<SoftDevice> {
+        let ip: Ipv4Addr = cfg.bind_addr.parse().map_err(|_| {
+            Error::invalid(format!(
+                "soft backend bind address {:?} is not an IPv4 address",
+                cfg.bind_addr
+            ))
+        })?;
+        if ip.is_unspecified() {
+            return Err(Error::invalid(
+                "soft backend needs a specific bind address (it is the host GID and the \
+                 source address of the ACKs), not 0.0.0.0",
+            ));
+        }
+        log::info!(
+            "soft RoCEv2 backend: bind {ip}:{} (ACKs to FPGA port {})",
+            cfg.udp_port,
+            match cfg.peer_udp_port {
+                0 => "= each packet's source port".to_string(),
+                p => p.to_string(),
+            }
+        );
+        Ok(SoftDevice {
+            bind: SocketAddrV4::new(ip, cfg.udp_port),
+            peer_udp_port: cfg.peer_udp_port,
+        })
+    }
+    /// Display name.
+    pub fn name(&self) -> &str {
+        "soft"
+    }
+}
+
+struct Peer {
+    ip: Ipv4Addr,
+    qpn: u32,
+}
+
+pub(crate) struct SoftBackend {
+    io: UdpIo,
+    local: SocketAddrV4,
+    peer_udp_port: u16,
+    slab: Arc<Slab>,
+    counters: Arc<Counters>,
+    qpn: u32,
+    rkey: u32,
+    posted_before_connect: Vec<u32>,
+    resp: Option<Responder>,
+    peer: Option<Peer>,
+    tx: Vec<(SocketAddrV4, Vec<u8>)>,
+}
+
+impl SoftBackend {
+    pub(crate) fn create(
+        dev: &SoftDevice,
+        slab: &Arc<Slab>,
+        counters: &Arc<Counters>,
+    ) -> Result<SoftBackend> {
+        let io = UdpIo::bind(dev.bind, POLL_BATCH)?;
+        let local = io.local_addr()?;
+        Ok(SoftBackend {
+            io,
+            local,
+            peer_udp_port: dev.peer_udp_port,
+            slab: Arc::clone(slab),
+            counters: Arc::clone(counters),
+            qpn: 2 + random_u32() % (MAX_24BIT - 1),
+            rkey: random_u32(),
+            posted_before_connect: Vec::new(),
+            resp: None,
+            peer: None,
+            tx: Vec::new(),
+        })
+    }
+}
+
+impl Backend for SoftBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            qpn: self.qpn,
+            gid: Gid::from_ipv4(*self.local.ip()),
+            rkey: self.rkey,
+            udp_port: self.local.port(),
+        }
+    }
+
+    fn post_recv(&mut self, slots: &[u32]) -> Result<()> {
+        match &mut self.resp {
+            Some(r) => slots.iter().for_each(|&s| r.post(s)),
+            None => self.posted_before_connect.extend_from_slice(slots),
+        }
+        Ok(())
+    }
+
+    fn connect(&mut self, p: &ConnectParams, fpga_gid: Gid, _sq_psn: u32) -> Result<()> {
+        let ip = fpga_gid.ipv4().ok_or_else(|| {
+            Error::invalid(format!(
+                "the soft backend needs an IPv4-mapped FPGA GID (::ffff:a.b.c.d); got {fpga_gid}"
+            ))
+        })?;
+        let mut r = Responder::new(
+            ResponderConfig {
+                qpn: self.qpn,
+                pmtu: p.pmtu.bytes(),
+                slot_size: self.slab.slot_size(),
+                min_rnr_timer: p.min_rnr_timer.code() as u8,
+                ack_every: 8,
+            },
+            p.fpga_rq_psn,
+        );
+        for s in self.posted_before_connect.drain(..) {
+            r.post(s);
+        }
+        self.resp = Some(r);
+        self.peer = Some(Peer {
+            ip,
+            qpn: p.fpga_qpn,
+        });
+        log::info!(
+            "soft QP {:#08x} on {} -> RTS: accepting FPGA {ip} QP {:#08x} from PSN {:#08x}",
+            self.qpn,
+            self.local,
+            p.fpga_qpn,
+            p.fpga_rq_psn
+        );
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
+        let (Some(resp), Some(peer)) = (self.resp.as_mut(), self.peer.as_ref()) else {
+            return Ok(());
+        };
+        let n = self.io.recv_batch()?;
+        if n == 0 {
+            return Ok(());
+        }
+        let c = &*self.counters;
+        let mut reply_port = None;
+        for i in 0..n {
+            let (data, from, truncated) = self.io.datagram(i);
+            c.packets_rx.fetch_add(1, Ordering::Relaxed);
+            if *from.ip() != peer.ip {
+                c.foreign_packets.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let pkt = match Packet::parse(data) {
+                Ok(p) if !truncated => p,
+                Ok(_) => {
+                    c.malformed.fetch_add(1, Ordering::Relaxed);
+                    log::debug!(
+                        "datagram from {from} truncated (> {} bytes)",
+                        net::MAX_DATAGRAM
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    c.malformed.fetch_add(1, Ordering::Relaxed);
+                    log::debug!("malformed packet from {from}: {e}");
+                    continue;
+                }
+            };
+            if pkt.bth.opcode == Opcode::Acknowledge {
+                // We only respond; an Acknowledge is not for us.
+                c.foreign_packets.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            c.icrc_unchecked.fetch_add(1, Ordering::Relaxed);
+            reply_port = Some(from.port());
+            match resp.on_packet(&pkt.bth, pkt.imm, pkt.payload.len()) {
+                Verdict::Place { slot, offset, done } => {
+                    let payload = pkt.payload;
+                    let at = offset as usize;
+                    self.slab
+                        .write_slot(slot, |b| b[at..at + payload.len()].copy_from_slice(payload))
+                        .ok_or_else(|| {
+                            Error::new(
+                                crate::ErrorKind::Internal,
+                                format!("responder placed into slot {slot}, which is on loan"),
+                            )
+                        })?;
+                    if let Some(d) = done {
+                        let kind = match d.imm {
+                            Some(imm) => CompletionKind::Recv { len: d.len, imm },
+                            None => CompletionKind::Unexpected {
+                                opcode: 0,
+                                flags: 0,
+                            },
+                        };
+                        out.push(Completion { slot: d.slot, kind });
+                    }
+                }
+                Verdict::Drop(why) => {
+                    let counter = match why {
+                        DropReason::WrongQp => &c.foreign_packets,
+                        DropReason::Duplicate => &c.duplicates,
+                        DropReason::OutOfSequence => &c.out_of_sequence,
+                        // Counted by the NAK they produce (rnr/invalid_naks_tx).
+                        DropReason::NoSlot | DropReason::InvalidOpcode | DropReason::BadLength => {
+                            continue
+                        }
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        // The input batch is done: owe no ACK across it.
+        resp.flush();
+        let port = match (self.peer_udp_port, reply_port) {
+            (0, Some(p)) => p,
+            (0, None) => return Ok(()),
+            (p, _) => p,
+        };
+        let dst = SocketAddrV4::new(peer.ip, port);
+        let ctx = Ipv4Udp {
+            src: *self.local.ip(),
+            dst: peer.ip,
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: self.local.port(),
+            dst_port: port,
+        };
+        let mut used = 0;
+        for r in resp.take_replies() {
+            if used == self.tx.len() {
+                self.tx
+                    .push((dst, vec![0u8; Packet::wire_len(Opcode::Acknowledge, 0)]));
+            }
+            let (to, buf) = &mut self.tx[used];
+            *to = dst;
+            let bth = Bth::new(Opcode::Acknowledge, peer.qpn, r.psn);
+            let aeth = Aeth {
+                syndrome: r.syndrome,
+                msn: r.msn,
+            };
+            let len = wire::emit(&bth, None, Some(aeth), &[], buf);
+            ctx.seal(&mut buf[..len]);
+            let counter = match r.syndrome {
+                wire::Syndrome::Ack(_) => &c.acks_tx,
+                wire::Syndrome::RnrNak(_) => &c.rnr_naks_tx,
+                wire::Syndrome::PsnSeqErr => &c.seq_naks_tx,
+                _ => &c.invalid_naks_tx,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            used += 1;
+        }
+        if used > 0 {
+            let pkts: Vec<(SocketAddrV4, &[u8])> =
+                self.tx[..used].iter().map(|(a, b)| (*a, &b[..])).collect();
+            let sent = self.io.send_batch(&pkts)?;
+            c.packets_tx.fetch_add(sent as u64, Ordering::Relaxed);
+            if sent < used {
+                log::debug!(
+                    "{} of {used} replies not sent (socket buffer full)",
+                    used - sent
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn arm(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
+        poll_readable(&[self.io.fd(), wake_fd], -1).map(|_| ())
+    }
+}

@@ -1,0 +1,388 @@
+//! The RC requester state machine of the FPGA emulator, behaving like surf's
+//! RoCEv2 engine: one SEND with immediate per frame (SEND_ONLY_WITH_IMMEDIATE,
+//! or FIRST / MIDDLE / LAST_WITH_IMMEDIATE above the path MTU), AckReq on every
+//! packet, at most `max_inflight` packets in flight, go-back-N retransmission
+//! from a NAK's PSN or on timeout, and RNR waits with retry (rnr_retry 7 =
+//! forever). Pure: no I/O, time (ns) passed in.
+
+use std::collections::VecDeque;
+
+use super::wire::{psn, Aeth, Opcode, Syndrome};
+use crate::config::RNR_TIMER_US;
+
+/// Requester settings.
+#[derive(Debug, Clone, Copy)]
+pub struct RequesterConfig {
+    /// The responder's QP number.
+    pub dest_qpn: u32,
+    /// PSN of the first packet (the host's SQ PSN under surf's convention).
+    pub start_psn: u32,
+    /// Path MTU in bytes.
+    pub pmtu: u32,
+    /// Packets in flight at most (surf: 16).
+    pub max_inflight: usize,
+    /// Retransmit timeout in ns (IB timeout code 14 = 4.096 us * 2^14 = 67 ms).
+    pub timeout_ns: u64,
+    /// Timeout retries before giving up (IB retry_cnt, 0..7).
+    pub retry_cnt: u32,
+    /// RNR retries before giving up; 7 means forever (IB rnr_retry).
+    pub rnr_retry: u32,
+}
+
+impl RequesterConfig {
+    /// IB timeout code -> ns (4.096 us * 2^code; 0 = infinite, mapped to u64::MAX).
+    pub fn timeout_from_code(code: u8) -> u64 {
+        if code == 0 {
+            u64::MAX
+        } else {
+            4096u64 << code.min(31)
+        }
+    }
+}
+
+/// Requester counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequesterStats {
+    /// Messages submitted.
+    pub submitted: u64,
+    /// Messages acknowledged.
+    pub acked: u64,
+    /// Bytes acknowledged.
+    pub bytes_acked: u64,
+    /// Packets handed out for transmission (first time).
+    pub packets: u64,
+    /// Packets handed out again (retransmissions).
+    pub retransmits: u64,
+    /// ACK packets processed.
+    pub acks: u64,
+    /// RNR NAKs received.
+    pub rnr_naks: u64,
+    /// PSN sequence error NAKs received.
+    pub seq_naks: u64,
+    /// Timeouts (go-back-N from the oldest unacknowledged packet).
+    pub timeouts: u64,
+    /// ACKs that acknowledged nothing new.
+    pub stale_acks: u64,
+}
+
+/// The requester failed for good (a fatal NAK or retries exhausted); the
+/// messages not acknowledged are lost and counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fatal {
+    /// Why.
+    pub reason: String,
+    /// Messages submitted but never acknowledged.
+    pub lost_messages: u64,
+}
+
+struct Msg {
+    data: Vec<u8>,
+    imm: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TxPkt {
+    psn: u32,
+    opcode: Opcode,
+    msg: u64,
+    offset: u32,
+    len: u32,
+    last_tx: u64,
+}
+
+/// A packet to put on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outgoing<'a> {
+    /// PSN.
+    pub psn: u32,
+    /// Opcode.
+    pub opcode: Opcode,
+    /// Immediate (for *_WITH_IMMEDIATE).
+    pub imm: Option<u32>,
+    /// Payload slice.
+    pub payload: &'a [u8],
+    /// True for a retransmission.
+    pub retransmit: bool,
+}
+
+/// The requester.
+pub struct Requester {
+    cfg: RequesterConfig,
+    msgs: VecDeque<Msg>,
+    first_msg: u64,
+    /// Next message (absolute index) and offset to packetize.
+    cursor: (u64, u32),
+    window: VecDeque<TxPkt>,
+    send_at: usize,
+    sent_ever: usize,
+    next_psn: u32,
+    rnr_until: Option<u64>,
+    retries: u32,
+    rnr_retries: u32,
+    fatal: Option<Fatal>,
+    stats: RequesterStats,
+}
+
+impl Requester {
+    /// A requester starting at `cfg.start_psn`.
+    pub fn new(cfg: RequesterConfig) -> Requester {
+        Requester {
+            cfg,
+            msgs: VecDeque::new(),
+            first_msg: 0,
+            cursor: (0, 0),
+            window: VecDeque::new(),
+            send_at: 0,
+            sent_ever: 0,
+            next_psn: cfg.start_psn & psn::MASK,
+            rnr_until: None,
+            retries: 0,
+            rnr_retries: 0,
+            fatal: None,
+            stats: RequesterStats::default(),
+        }
+    }
+
+    /// Queues a message (a frame) with its immediate.
+    pub fn submit(&mut self, data: Vec<u8>, imm: u32) {
+        self.msgs.push_back(Msg { data, imm });
+        self.stats.submitted += 1;
+    }
+
+    /// Messages submitted and not yet acknowledged.
+    pub fn outstanding(&self) -> usize {
+        self.msgs.len()
+    }
+    /// Nothing left to send or acknowledge.
+    pub fn is_idle(&self) -> bool {
+        self.msgs.is_empty()
+    }
+    /// Counters.
+    pub fn stats(&self) -> RequesterStats {
+        self.stats
+    }
+    /// The fatal error, once one happened.
+    pub fn fatal(&self) -> Option<&Fatal> {
+        self.fatal.as_ref()
+    }
+    /// The PSN the next new packet gets.
+    pub fn next_psn(&self) -> u32 {
+        self.next_psn
+    }
+
+    fn msg(&self, abs: u64) -> &Msg {
+        &self.msgs[(abs - self.first_msg) as usize]
+    }
+
+    fn fail(&mut self, reason: String) {
+        if self.fatal.is_none() {
+            let lost = self.msgs.len() as u64;
+            self.fatal = Some(Fatal {
+                reason,
+                lost_messages: lost,
+            });
+            self.window.clear();
+            self.msgs.clear();
+            self.send_at = 0;
+        }
+    }
+
+    /// Builds the next new packet from the message queue, if any.
+    fn packetize(&mut self) -> bool {
+        let (abs, offset) = self.cursor;
+        if abs - self.first_msg >= self.msgs.len() as u64 {
+            return false;
+        }
+        let total = self.msg(abs).data.len() as u32;
+        let pmtu = self.cfg.pmtu;
+        let len = (total - offset).min(pmtu);
+        let first = offset == 0;
+        let last = offset + len >= total;
+        let opcode = match (first, last) {
+            (true, true) => Opcode::SendOnlyImm,
+            (true, false) => Opcode::SendFirst,
+            (false, false) => Opcode::SendMiddle,
+            (false, true) => Opcode::SendLastImm,
+        };
+        self.window.push_back(TxPkt {
+            psn: self.next_psn,
+            opcode,
+            msg: abs,
+            offset,
+            len,
+            last_tx: 0,
+        });
+        self.next_psn = psn::add(self.next_psn, 1);
+        self.cursor = if last {
+            (abs + 1, 0)
+        } else {
+            (abs, offset + len)
+        };
+        true
+    }
+
+    /// The next packet to transmit at `now`, if the window, an RNR wait and
+    /// the queue allow one.
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Outgoing<'_>> {
+        if self.fatal.is_some() {
+            return None;
+        }
+        if let Some(t) = self.rnr_until {
+            if now < t {
+                return None;
+            }
+            self.rnr_until = None;
+        }
+        if self.send_at == self.window.len() {
+            if self.window.len() >= self.cfg.max_inflight || !self.packetize() {
+                return None;
+            }
+        }
+        let i = self.send_at;
+        self.send_at += 1;
+        let retransmit = i < self.sent_ever;
+        if retransmit {
+            self.stats.retransmits += 1;
+        } else {
+            self.stats.packets += 1;
+            self.sent_ever = i + 1;
+        }
+        self.window[i].last_tx = now;
+        let p = self.window[i];
+        let m = self.msg(p.msg);
+        Some(Outgoing {
+            psn: p.psn,
+            opcode: p.opcode,
+            imm: p.opcode.has_imm().then_some(m.imm),
+            payload: &m.data[p.offset as usize..(p.offset + p.len) as usize],
+            retransmit,
+        })
+    }
+
+    /// Drops acknowledged packets: those before `psn` (and `psn` itself when
+    /// `inclusive`). Returns how many.
+    fn ack_through(&mut self, upto: u32, inclusive: bool) -> usize {
+        let mut n = 0;
+        while let Some(front) = self.window.front() {
+            let d = psn::diff(front.psn, upto);
+            if d > 0 || (d == 0 && !inclusive) {
+                break;
+            }
+            // Never acknowledge what was never sent.
+            if n >= self.sent_ever {
+                break;
+            }
+            let p = self.window.pop_front().expect("front exists");
+            n += 1;
+            if p.opcode.ends_message() {
+                let m = self
+                    .msgs
+                    .pop_front()
+                    .expect("message of an in-flight packet");
+                self.first_msg += 1;
+                self.stats.acked += 1;
+                self.stats.bytes_acked += m.data.len() as u64;
+            }
+        }
+        self.send_at = self.send_at.saturating_sub(n);
+        self.sent_ever = self.sent_ever.saturating_sub(n);
+        if n > 0 {
+            self.retries = 0;
+        }
+        n
+    }
+
+    /// Handles an Acknowledge packet (BTH PSN + AETH) at `now`.
+    pub fn on_ack(&mut self, ack_psn: u32, aeth: Aeth, now: u64) {
+        if self.fatal.is_some() {
+            return;
+        }
+        self.stats.acks += 1;
+        match aeth.syndrome {
+            Syndrome::Ack(_) => {
+                if self.ack_through(ack_psn, true) == 0 {
+                    self.stats.stale_acks += 1;
+                }
+                self.rnr_retries = 0;
+            }
+            Syndrome::RnrNak(code) => {
+                self.stats.rnr_naks += 1;
+                self.ack_through(ack_psn, false);
+                if self.window.front().map(|p| p.psn) != Some(ack_psn) {
+                    return; // stale
+                }
+                self.rnr_retries += 1;
+                if self.cfg.rnr_retry != 7 && self.rnr_retries > self.cfg.rnr_retry {
+                    self.fail(format!(
+                        "RNR retries exhausted ({}) at PSN {ack_psn:#x}",
+                        self.cfg.rnr_retry
+                    ));
+                    return;
+                }
+                let wait_ns = RNR_TIMER_US[(code & 31) as usize] as u64 * 1000;
+                self.rnr_until = Some(now + wait_ns);
+                self.send_at = 0;
+            }
+            Syndrome::PsnSeqErr => {
+                self.stats.seq_naks += 1;
+                self.ack_through(ack_psn, false);
+                if self.window.front().map(|p| p.psn) == Some(ack_psn) {
+                    self.send_at = 0;
+                }
+            }
+            other => self.fail(format!(
+                "fatal NAK {other:?} (syndrome {:#04x}) at PSN {ack_psn:#x}",
+                other.byte()
+            )),
+        }
+    }
+
+    /// When the next timer (RNR wait end or retransmit timeout) fires, if any.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let rto = if self.sent_ever > 0 {
+            self.window
+                .iter()
+                .take(self.sent_ever)
+                .map(|p| p.last_tx)
+                .min()
+                .map(|t| t.saturating_add(self.cfg.timeout_ns))
+        } else {
+            None
+        };
+        match (self.rnr_until, rto) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fires a retransmit timeout if one is due at `now` (go-back-N from the
+    /// oldest unacknowledged packet).
+    pub fn on_timer(&mut self, now: u64) {
+        if self.fatal.is_some() || self.sent_ever == 0 || self.rnr_until.is_some_and(|t| now < t) {
+            return;
+        }
+        let oldest = self
+            .window
+            .iter()
+            .take(self.sent_ever)
+            .map(|p| p.last_tx)
+            .min();
+        if oldest.is_some_and(|t| now >= t.saturating_add(self.cfg.timeout_ns)) {
+            self.stats.timeouts += 1;
+            self.retries += 1;
+            if self.retries > self.cfg.retry_cnt {
+                let at = self.window.front().map(|p| p.psn).unwrap_or(0);
+                self.fail(format!(
+                    "transport retries exhausted ({} timeouts) at PSN {at:#x}: the host does not answer",
+                    self.cfg.retry_cnt
+                ));
+                return;
+            }
+            self.send_at = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "requester_tests.rs"]
+mod tests;

@@ -1,0 +1,315 @@
+//! The RC responder state machine for SEND traffic: pure (packet in ->
+//! verdict and replies out), no I/O, no clock, so it is tested exhaustively.
+//! Behaviour follows IBA vol 1 ch. 9.7 and Linux `rxe_resp.c`:
+//!
+//! - in-sequence SEND packets are accepted into the current receive slot
+//!   (FIRST/ONLY take a new slot from the posted list), the expected PSN
+//!   advances, the MSN advances at each message end;
+//! - ACKs are coalesced: one at least every `ack_every` AckReq packets and at
+//!   every [`Responder::flush`] (the backend flushes whenever its input goes
+//!   idle, i.e. after every receive batch), so a 16-deep sender never stalls;
+//! - duplicates (PSN behind) are re-ACKed, never re-delivered;
+//! - a PSN ahead of the expected one gets one PSN-sequence-error NAK (with the
+//!   expected PSN) per gap, later ahead packets are dropped silently;
+//! - a message start with no posted slot gets an RNR NAK with the configured
+//!   min RNR timer and is dropped: the sender retries after the timer;
+//! - unsupported opcodes, opcode sequence violations and bad lengths get an
+//!   invalid-request NAK; a partial message is discarded.
+
+use std::collections::VecDeque;
+
+use super::wire::{psn, Bth, Opcode, Syndrome, ACK_UNLIMITED};
+
+/// Responder settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponderConfig {
+    /// Our QP number: packets for another QP are foreign.
+    pub qpn: u32,
+    /// Path MTU in bytes.
+    pub pmtu: u32,
+    /// Receive slot size: the largest message.
+    pub slot_size: u32,
+    /// Min RNR NAK timer code put in RNR NAKs.
+    pub min_rnr_timer: u8,
+    /// ACK at least every this many AckReq packets (8: half the FPGA's window).
+    pub ack_every: u32,
+}
+
+/// A reply to send to the requester (an Acknowledge packet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// ACK / NAK syndrome.
+    pub syndrome: Syndrome,
+    /// The PSN it refers to.
+    pub psn: u32,
+    /// Our MSN.
+    pub msn: u32,
+}
+
+/// A completed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    /// Slot holding the message.
+    pub slot: u32,
+    /// Message length.
+    pub len: u32,
+    /// The immediate (host order), if the last packet carried one.
+    pub imm: Option<u32>,
+}
+
+/// Why a packet was not placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// For another QP.
+    WrongQp,
+    /// Behind the expected PSN (re-ACKed).
+    Duplicate,
+    /// Ahead of the expected PSN.
+    OutOfSequence,
+    /// No posted slot at a message start (RNR NAK sent).
+    NoSlot,
+    /// Opcode not supported or out of order (invalid-request NAK sent).
+    InvalidOpcode,
+    /// Payload length violates pmtu or the slot size (invalid-request NAK sent).
+    BadLength,
+}
+
+/// What to do with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Copy the payload into `slot` at `offset`; when `done` is set the message
+    /// is complete and the slot must be reported to the consumer.
+    Place {
+        /// Slot.
+        slot: u32,
+        /// Byte offset inside the slot.
+        offset: u32,
+        /// Set at the message end.
+        done: Option<Done>,
+    },
+    /// Not placed.
+    Drop(DropReason),
+}
+
+/// Responder counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponderStats {
+    /// Packets accepted.
+    pub accepted: u64,
+    /// Messages completed.
+    pub messages: u64,
+    /// ACKs emitted.
+    pub acks: u64,
+    /// RNR NAKs emitted.
+    pub rnr_naks: u64,
+    /// PSN sequence error NAKs emitted.
+    pub seq_naks: u64,
+    /// Invalid request NAKs emitted.
+    pub invalid_naks: u64,
+    /// Duplicate packets.
+    pub duplicates: u64,
+    /// Packets ahead of the expected PSN.
+    pub out_of_sequence: u64,
+    /// Packets for another QP.
+    pub wrong_qp: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Partial {
+    slot: u32,
+    len: u32,
+}
+
+/// The responder.
+#[derive(Debug)]
+pub struct Responder {
+    cfg: ResponderConfig,
+    epsn: u32,
+    msn: u32,
+    partial: Option<Partial>,
+    free: VecDeque<u32>,
+    nak_outstanding: bool,
+    unacked: u32,
+    ack_due: bool,
+    replies: Vec<Reply>,
+    stats: ResponderStats,
+}
+
+impl Responder {
+    /// A responder expecting `first_psn` next.
+    pub fn new(cfg: ResponderConfig, first_psn: u32) -> Responder {
+        Responder {
+            cfg,
+            epsn: first_psn & psn::MASK,
+            msn: 0,
+            partial: None,
+            free: VecDeque::new(),
+            nak_outstanding: false,
+            unacked: 0,
+            ack_due: false,
+            replies: Vec::new(),
+            stats: ResponderStats::default(),
+        }
+    }
+
+    /// Makes `slot` available for a message.
+    pub fn post(&mut self, slot: u32) {
+        self.free.push_back(slot);
+    }
+    /// Posted slots not yet used.
+    pub fn posted(&self) -> usize {
+        self.free.len()
+    }
+    /// The next expected PSN.
+    pub fn expected_psn(&self) -> u32 {
+        self.epsn
+    }
+    /// Our MSN.
+    pub fn msn(&self) -> u32 {
+        self.msn
+    }
+    /// Counters.
+    pub fn stats(&self) -> ResponderStats {
+        self.stats
+    }
+    /// The slot and offset the next in-sequence payload goes to, if known.
+    pub fn next_target(&self) -> Option<(u32, u32)> {
+        match self.partial {
+            Some(p) => Some((p.slot, p.len)),
+            None => self.free.front().map(|&s| (s, 0)),
+        }
+    }
+
+    fn reply(&mut self, syndrome: Syndrome, psn: u32) {
+        match syndrome {
+            Syndrome::Ack(_) => self.stats.acks += 1,
+            Syndrome::RnrNak(_) => self.stats.rnr_naks += 1,
+            Syndrome::PsnSeqErr => self.stats.seq_naks += 1,
+            _ => self.stats.invalid_naks += 1,
+        }
+        if !matches!(syndrome, Syndrome::Ack(_)) {
+            // A NAK acknowledges everything before its PSN.
+            self.unacked = 0;
+            self.ack_due = false;
+        }
+        self.replies.push(Reply {
+            syndrome,
+            psn,
+            msn: self.msn,
+        });
+    }
+
+    fn ack_now(&mut self) {
+        self.unacked = 0;
+        self.ack_due = false;
+        let last = psn::add(self.epsn, psn::MASK); // epsn - 1
+        self.reply(ACK_UNLIMITED, last);
+    }
+
+    fn invalid(&mut self, bth: &Bth, why: DropReason) -> Verdict {
+        if let Some(p) = self.partial.take() {
+            self.free.push_front(p.slot);
+        }
+        self.reply(Syndrome::InvalidRequest, bth.psn);
+        Verdict::Drop(why)
+    }
+
+    /// Handles one request packet with `payload_len` payload bytes (pad removed).
+    pub fn on_packet(&mut self, bth: &Bth, imm: Option<u32>, payload_len: usize) -> Verdict {
+        if bth.dest_qp != self.cfg.qpn {
+            self.stats.wrong_qp += 1;
+            return Verdict::Drop(DropReason::WrongQp);
+        }
+        let d = psn::diff(bth.psn, self.epsn);
+        if d < 0 {
+            self.stats.duplicates += 1;
+            self.ack_due = true;
+            return Verdict::Drop(DropReason::Duplicate);
+        }
+        if d > 0 {
+            self.stats.out_of_sequence += 1;
+            if !self.nak_outstanding {
+                self.nak_outstanding = true;
+                self.reply(Syndrome::PsnSeqErr, self.epsn);
+            }
+            return Verdict::Drop(DropReason::OutOfSequence);
+        }
+        // In sequence.
+        let op = bth.opcode;
+        if !op.is_send() {
+            return self.invalid(bth, DropReason::InvalidOpcode);
+        }
+        let continues = matches!(
+            op,
+            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastImm
+        );
+        if continues != self.partial.is_some() {
+            return self.invalid(bth, DropReason::InvalidOpcode);
+        }
+        let len = payload_len as u32;
+        let full_pmtu = matches!(op, Opcode::SendFirst | Opcode::SendMiddle);
+        if (full_pmtu && len != self.cfg.pmtu) || len > self.cfg.pmtu {
+            return self.invalid(bth, DropReason::BadLength);
+        }
+        let (slot, offset) = match self.partial {
+            Some(p) => (p.slot, p.len),
+            None => match self.free.front() {
+                Some(&s) => (s, 0),
+                None => {
+                    self.nak_outstanding = true;
+                    let timer = self.cfg.min_rnr_timer;
+                    self.reply(Syndrome::RnrNak(timer), bth.psn);
+                    return Verdict::Drop(DropReason::NoSlot);
+                }
+            },
+        };
+        if offset + len > self.cfg.slot_size {
+            return self.invalid(bth, DropReason::BadLength);
+        }
+        if self.partial.is_none() {
+            self.free.pop_front();
+        }
+        self.stats.accepted += 1;
+        self.nak_outstanding = false;
+        self.epsn = psn::add(self.epsn, 1);
+        let done = if op.ends_message() {
+            self.partial = None;
+            self.msn = psn::add(self.msn, 1);
+            self.stats.messages += 1;
+            Some(Done {
+                slot,
+                len: offset + len,
+                imm,
+            })
+        } else {
+            self.partial = Some(Partial {
+                slot,
+                len: offset + len,
+            });
+            None
+        };
+        if bth.ack_req {
+            self.unacked += 1;
+            if self.unacked >= self.cfg.ack_every {
+                self.ack_now();
+            }
+        }
+        Verdict::Place { slot, offset, done }
+    }
+
+    /// The input went idle: emit the coalesced ACK, if one is owed.
+    pub fn flush(&mut self) {
+        if self.unacked > 0 || self.ack_due {
+            self.ack_now();
+        }
+    }
+
+    /// Replies produced since the last call, in order.
+    pub fn take_replies(&mut self) -> std::vec::Drain<'_, Reply> {
+        self.replies.drain(..)
+    }
+}
+
+#[cfg(test)]
+#[path = "responder_tests.rs"]
+mod tests;

@@ -1,0 +1,418 @@
+//! Exhaustive responder tests: every opcode in every state, every PSN case
+//! (in sequence, duplicate, ahead, across the 2^24 wrap), RNR, lengths,
+//! foreign packets and ACK coalescing.
+
+use super::*;
+use crate::soft::wire::{Bth, Opcode, Syndrome};
+
+const QPN: u32 = 0x1234;
+const PMTU: u32 = 256;
+
+fn cfg() -> ResponderConfig {
+    ResponderConfig {
+        qpn: QPN,
+        pmtu: PMTU,
+        slot_size: 1000,
+        min_rnr_timer: 12,
+        ack_every: 8,
+    }
+}
+
+fn resp(first_psn: u32, slots: u32) -> Responder {
+    let mut r = Responder::new(cfg(), first_psn);
+    for s in 0..slots {
+        r.post(s);
+    }
+    r
+}
+
+fn pkt(op: Opcode, psn: u32) -> Bth {
+    let mut b = Bth::new(op, QPN, psn);
+    b.ack_req = true;
+    b
+}
+
+fn replies(r: &mut Responder) -> Vec<Reply> {
+    r.take_replies().collect()
+}
+
+fn ack(psn: u32, msn: u32) -> Reply {
+    Reply {
+        syndrome: Syndrome::Ack(0x1f),
+        psn,
+        msn,
+    }
+}
+
+#[test]
+fn send_only_imm_is_placed_and_completed() {
+    let mut r = resp(100, 2);
+    let v = r.on_packet(&pkt(Opcode::SendOnlyImm, 100), Some(0x305), 200);
+    assert_eq!(
+        v,
+        Verdict::Place {
+            slot: 0,
+            offset: 0,
+            done: Some(Done {
+                slot: 0,
+                len: 200,
+                imm: Some(0x305)
+            })
+        }
+    );
+    assert_eq!((r.expected_psn(), r.msn(), r.posted()), (101, 1, 1));
+    assert!(replies(&mut r).is_empty(), "coalesced until flush");
+    r.flush();
+    assert_eq!(replies(&mut r), vec![ack(100, 1)]);
+    r.flush();
+    assert!(replies(&mut r).is_empty(), "nothing owed");
+}
+
+#[test]
+fn multi_packet_message_reassembles_in_one_slot() {
+    let mut r = resp(0, 1);
+    let ops = [
+        Opcode::SendFirst,
+        Opcode::SendMiddle,
+        Opcode::SendMiddle,
+        Opcode::SendLastImm,
+    ];
+    let lens = [PMTU, PMTU, PMTU, 10];
+    for (i, (op, len)) in ops.iter().zip(lens).enumerate() {
+        let v = r.on_packet(
+            &pkt(*op, i as u32),
+            if op.has_imm() { Some(7) } else { None },
+            len as usize,
+        );
+        let done = (i == 3).then_some(Done {
+            slot: 0,
+            len: 3 * PMTU + 10,
+            imm: Some(7),
+        });
+        assert_eq!(
+            v,
+            Verdict::Place {
+                slot: 0,
+                offset: i as u32 * PMTU,
+                done
+            },
+            "packet {i}"
+        );
+    }
+    assert_eq!(r.msn(), 1);
+    assert_eq!(r.stats().messages, 1);
+}
+
+#[test]
+fn send_last_and_only_without_immediate_complete_without_imm() {
+    let mut r = resp(0, 2);
+    r.on_packet(&pkt(Opcode::SendFirst, 0), None, PMTU as usize);
+    let v = r.on_packet(&pkt(Opcode::SendLast, 1), None, 5);
+    assert_eq!(
+        v,
+        Verdict::Place {
+            slot: 0,
+            offset: PMTU,
+            done: Some(Done {
+                slot: 0,
+                len: PMTU + 5,
+                imm: None
+            })
+        }
+    );
+    let v = r.on_packet(&pkt(Opcode::SendOnly, 2), None, 0);
+    assert_eq!(
+        v,
+        Verdict::Place {
+            slot: 1,
+            offset: 0,
+            done: Some(Done {
+                slot: 1,
+                len: 0,
+                imm: None
+            })
+        }
+    );
+}
+
+#[test]
+fn every_opcode_in_every_state() {
+    for byte in 0u8..=0xff {
+        let op = Opcode::from_byte(byte);
+        for in_message in [false, true] {
+            let mut r = resp(0, 2);
+            let mut next = 0;
+            if in_message {
+                r.on_packet(&pkt(Opcode::SendFirst, 0), None, PMTU as usize);
+                next = 1;
+            }
+            let len = if matches!(op, Opcode::SendFirst | Opcode::SendMiddle) {
+                PMTU
+            } else {
+                8
+            };
+            let v = r.on_packet(&pkt(op, next), op.has_imm().then_some(1), len as usize);
+            let valid = match op {
+                Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyImm => !in_message,
+                Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastImm => in_message,
+                _ => false,
+            };
+            let rep = replies(&mut r);
+            if valid {
+                assert!(
+                    matches!(v, Verdict::Place { .. }),
+                    "{op:?} in_message={in_message}"
+                );
+                assert!(rep.is_empty());
+            } else {
+                assert_eq!(
+                    v,
+                    Verdict::Drop(DropReason::InvalidOpcode),
+                    "{op:?} in_message={in_message}"
+                );
+                assert_eq!(rep.len(), 1);
+                assert_eq!(rep[0].syndrome, Syndrome::InvalidRequest);
+                assert_eq!(rep[0].psn, next);
+                assert_eq!(r.expected_psn(), next, "not advanced");
+                assert_eq!(r.posted(), 2, "partial message discarded, slot returned");
+            }
+        }
+    }
+}
+
+#[test]
+fn duplicates_are_reacked_never_redelivered() {
+    let mut r = resp(10, 4);
+    for p in 10..13 {
+        assert!(matches!(
+            r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4),
+            Verdict::Place { .. }
+        ));
+    }
+    r.flush();
+    assert_eq!(replies(&mut r), vec![ack(12, 3)]);
+    for p in [10, 11, 12, 12] {
+        assert_eq!(
+            r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4),
+            Verdict::Drop(DropReason::Duplicate)
+        );
+    }
+    r.flush();
+    assert_eq!(
+        replies(&mut r),
+        vec![ack(12, 3)],
+        "one re-ACK for the batch"
+    );
+    assert_eq!(r.stats().duplicates, 4);
+    assert_eq!(r.stats().messages, 3);
+    assert_eq!(r.posted(), 1);
+}
+
+#[test]
+fn one_sequence_nak_per_gap() {
+    let mut r = resp(0, 8);
+    r.on_packet(&pkt(Opcode::SendOnlyImm, 0), Some(0), 4);
+    // 1 is lost; 2, 3, 4 arrive.
+    for p in 2..5 {
+        assert_eq!(
+            r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4),
+            Verdict::Drop(DropReason::OutOfSequence)
+        );
+    }
+    let rep = replies(&mut r);
+    assert_eq!(
+        rep,
+        vec![Reply {
+            syndrome: Syndrome::PsnSeqErr,
+            psn: 1,
+            msn: 1
+        }]
+    );
+    r.flush();
+    assert!(replies(&mut r).is_empty(), "the NAK acknowledged packet 0");
+    // Go-back-N from 1.
+    for p in 1..5 {
+        assert!(matches!(
+            r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4),
+            Verdict::Place { .. }
+        ));
+    }
+    // A new gap gets a new NAK.
+    r.on_packet(&pkt(Opcode::SendOnlyImm, 6), Some(6), 4);
+    let rep = replies(&mut r);
+    assert_eq!(rep.last().unwrap().syndrome, Syndrome::PsnSeqErr);
+    assert_eq!(rep.last().unwrap().psn, 5);
+    assert_eq!(r.stats().seq_naks, 2);
+    assert_eq!(r.stats().out_of_sequence, 4);
+}
+
+#[test]
+fn no_slot_gives_rnr_nak_and_retry_succeeds() {
+    let mut r = resp(0, 1);
+    r.on_packet(&pkt(Opcode::SendOnlyImm, 0), Some(0), 4);
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 1), Some(1), 4),
+        Verdict::Drop(DropReason::NoSlot)
+    );
+    // The rest of the window is dropped silently.
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 2), Some(2), 4),
+        Verdict::Drop(DropReason::OutOfSequence)
+    );
+    let rep = replies(&mut r);
+    assert_eq!(
+        rep,
+        vec![Reply {
+            syndrome: Syndrome::RnrNak(12),
+            psn: 1,
+            msn: 1
+        }]
+    );
+    // Still no slot on the retry: RNR again.
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 1), Some(1), 4),
+        Verdict::Drop(DropReason::NoSlot)
+    );
+    r.post(0);
+    assert!(matches!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 1), Some(1), 4),
+        Verdict::Place { slot: 0, .. }
+    ));
+    assert_eq!(r.stats().rnr_naks, 2);
+    // A continuing packet never needs a new slot.
+    let mut r = resp(0, 1);
+    r.on_packet(&pkt(Opcode::SendFirst, 0), None, PMTU as usize);
+    assert_eq!(r.posted(), 0);
+    assert!(matches!(
+        r.on_packet(&pkt(Opcode::SendLastImm, 1), Some(1), 1),
+        Verdict::Place { .. }
+    ));
+}
+
+#[test]
+fn length_rules() {
+    let cases: [(&[(Opcode, u32)], DropReason); 4] = [
+        (&[(Opcode::SendFirst, PMTU - 1)], DropReason::BadLength),
+        (&[(Opcode::SendOnlyImm, PMTU + 1)], DropReason::BadLength),
+        (
+            &[(Opcode::SendFirst, PMTU), (Opcode::SendMiddle, PMTU + 4)],
+            DropReason::BadLength,
+        ),
+        // 4 * 256 = 1024 > slot size 1000
+        (
+            &[
+                (Opcode::SendFirst, PMTU),
+                (Opcode::SendMiddle, PMTU),
+                (Opcode::SendMiddle, PMTU),
+                (Opcode::SendLastImm, PMTU),
+            ],
+            DropReason::BadLength,
+        ),
+    ];
+    for (seq, why) in cases {
+        let mut r = resp(0, 2);
+        let mut last = None;
+        for (i, (op, len)) in seq.iter().enumerate() {
+            last = Some(r.on_packet(&pkt(*op, i as u32), None, *len as usize));
+        }
+        assert_eq!(last, Some(Verdict::Drop(why)), "{seq:?}");
+        assert_eq!(
+            replies(&mut r).last().unwrap().syndrome,
+            Syndrome::InvalidRequest
+        );
+        assert_eq!(r.posted(), 2, "slot returned");
+    }
+    // Exactly pmtu and exactly the slot size are fine.
+    let mut r = Responder::new(
+        ResponderConfig {
+            slot_size: 2 * PMTU,
+            ..cfg()
+        },
+        0,
+    );
+    r.post(0);
+    r.on_packet(&pkt(Opcode::SendFirst, 0), None, PMTU as usize);
+    let v = r.on_packet(&pkt(Opcode::SendLastImm, 1), Some(0), PMTU as usize);
+    assert!(matches!(v, Verdict::Place { done: Some(Done { len, .. }), .. } if len == 2 * PMTU));
+}
+
+#[test]
+fn psn_wraps_at_2_pow_24() {
+    let mut r = resp(0xff_fffe, 8);
+    for i in 0..4u32 {
+        let p = (0xff_fffe + i) & 0xff_ffff;
+        assert!(
+            matches!(
+                r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(i), 4),
+                Verdict::Place { .. }
+            ),
+            "psn {p:#x}"
+        );
+    }
+    assert_eq!(r.expected_psn(), 2);
+    // 0xffffff is now a duplicate, 3 is ahead.
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 0xff_ffff), None, 4),
+        Verdict::Drop(DropReason::Duplicate)
+    );
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 3), None, 4),
+        Verdict::Drop(DropReason::OutOfSequence)
+    );
+    r.flush();
+    let rep = replies(&mut r);
+    assert_eq!(
+        rep[0],
+        Reply {
+            syndrome: Syndrome::PsnSeqErr,
+            psn: 2,
+            msn: 4
+        }
+    );
+}
+
+#[test]
+fn foreign_qp_is_dropped_silently() {
+    let mut r = resp(0, 1);
+    let mut b = pkt(Opcode::SendOnlyImm, 0);
+    b.dest_qp = QPN + 1;
+    assert_eq!(
+        r.on_packet(&b, Some(0), 4),
+        Verdict::Drop(DropReason::WrongQp)
+    );
+    assert!(replies(&mut r).is_empty());
+    assert_eq!(r.expected_psn(), 0);
+    assert_eq!(r.stats().wrong_qp, 1);
+}
+
+#[test]
+fn acks_are_coalesced_every_8_and_on_flush() {
+    let mut r = resp(0, 32);
+    for p in 0..16 {
+        r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4);
+    }
+    assert_eq!(replies(&mut r), vec![ack(7, 8), ack(15, 16)]);
+    for p in 16..19 {
+        r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4);
+    }
+    r.flush();
+    assert_eq!(replies(&mut r), vec![ack(18, 19)]);
+    // Packets without AckReq are not acknowledged on their own.
+    let mut b = pkt(Opcode::SendOnlyImm, 19);
+    b.ack_req = false;
+    r.on_packet(&b, Some(0), 4);
+    r.flush();
+    assert!(replies(&mut r).is_empty());
+}
+
+#[test]
+fn next_target_follows_the_message() {
+    let mut r = resp(0, 2);
+    assert_eq!(r.next_target(), Some((0, 0)));
+    r.on_packet(&pkt(Opcode::SendFirst, 0), None, PMTU as usize);
+    assert_eq!(r.next_target(), Some((0, PMTU)));
+    r.on_packet(&pkt(Opcode::SendLast, 1), None, 1);
+    assert_eq!(r.next_target(), Some((1, 0)));
+    r.on_packet(&pkt(Opcode::SendOnly, 2), None, 1);
+    assert_eq!(r.next_target(), None);
+}

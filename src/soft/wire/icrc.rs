@@ -1,0 +1,111 @@
+//! The RoCEv2 invariant CRC (IBA annex A17.2.3, Linux `rxe_icrc.c`): CRC-32
+//! (reflected 0xEDB88320, init ~0, final ~0 — exactly what crc32fast computes)
+//! over 8 bytes of 0xFF standing for the absent LRH, the IPv4 header with TOS,
+//! TTL and checksum set to all ones, the UDP header with checksum all ones, the
+//! BTH with its FECN/BECN/reserved byte all ones, then every later byte of the
+//! packet up to the ICRC, which is stored little-endian.
+//!
+//! The IP total length, ID, flags, addresses and the UDP ports and length are
+//! covered, so verifying a received packet needs its real IP header: a UDP
+//! socket does not see the IP ID (see `soft::net`).
+
+use std::net::Ipv4Addr;
+
+use super::{BTH_LEN, ICRC_LEN};
+
+/// The IPv4 and UDP fields the ICRC covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv4Udp {
+    /// IPv4 source.
+    pub src: Ipv4Addr,
+    /// IPv4 destination.
+    pub dst: Ipv4Addr,
+    /// IPv4 identification (0 for what Linux sends from an unconnected UDP
+    /// socket with IP_PMTUDISC_DO).
+    pub ip_id: u16,
+    /// The DF flag.
+    pub dont_fragment: bool,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port (4791).
+    pub dst_port: u16,
+}
+
+impl Ipv4Udp {
+    /// The ICRC of the UDP payload `pkt` (BTH .. pad, then the 4 ICRC bytes,
+    /// whose value is ignored). `pkt` must be at least BTH + ICRC long.
+    pub fn compute(&self, pkt: &[u8]) -> u32 {
+        let udp_len = (8 + pkt.len()) as u16;
+        let ip_len = 20 + udp_len;
+        let frag: u16 = if self.dont_fragment { 0x4000 } else { 0 };
+        let mut hdr = [0u8; 8 + 20 + 8 + BTH_LEN];
+        hdr[..8].fill(0xff);
+        let ip = &mut hdr[8..28];
+        ip[0] = 0x45;
+        ip[1] = 0xff; // TOS masked
+        ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
+        ip[6..8].copy_from_slice(&frag.to_be_bytes());
+        ip[8] = 0xff; // TTL masked
+        ip[9] = 17; // UDP
+        ip[10..12].fill(0xff); // checksum masked
+        ip[12..16].copy_from_slice(&self.src.octets());
+        ip[16..20].copy_from_slice(&self.dst.octets());
+        let udp = &mut hdr[28..36];
+        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        udp[6..8].fill(0xff); // checksum masked
+        hdr[36..48].copy_from_slice(&pkt[..BTH_LEN]);
+        hdr[36 + 4] = 0xff; // FECN | BECN | resv6 masked
+        let mut h = crc32fast::Hasher::new();
+        h.update(&hdr);
+        h.update(&pkt[BTH_LEN..pkt.len() - ICRC_LEN]);
+        h.finalize()
+    }
+
+    /// Computes the ICRC of `pkt` and stores it in its last 4 bytes.
+    pub fn seal(&self, pkt: &mut [u8]) {
+        let c = self.compute(pkt);
+        let n = pkt.len();
+        pkt[n - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    /// True when the ICRC carried in `pkt` is right.
+    pub fn verify(&self, pkt: &[u8]) -> bool {
+        if pkt.len() < BTH_LEN + ICRC_LEN {
+            return false;
+        }
+        let n = pkt.len();
+        let carried = u32::from_le_bytes([pkt[n - 4], pkt[n - 3], pkt[n - 2], pkt[n - 1]]);
+        carried == self.compute(pkt)
+    }
+}
+
+/// The fields of a raw IPv4 + UDP header in front of a RoCEv2 payload (raw
+/// capture mode): returns the ICRC context and the UDP payload, or None when
+/// `frame` is not IPv4/UDP.
+pub fn split_ipv4_udp(frame: &[u8]) -> Option<(Ipv4Udp, &[u8])> {
+    if frame.len() < 28 || frame[0] >> 4 != 4 || frame[9] != 17 {
+        return None;
+    }
+    let ihl = (frame[0] & 0xf) as usize * 4;
+    if ihl < 20 || frame.len() < ihl + 8 {
+        return None;
+    }
+    let ip_len = u16::from_be_bytes([frame[2], frame[3]]) as usize;
+    let udp = &frame[ihl..];
+    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
+    if ip_len > frame.len() || udp_len < 8 || ihl + udp_len > ip_len {
+        return None;
+    }
+    let ctx = Ipv4Udp {
+        src: Ipv4Addr::new(frame[12], frame[13], frame[14], frame[15]),
+        dst: Ipv4Addr::new(frame[16], frame[17], frame[18], frame[19]),
+        ip_id: u16::from_be_bytes([frame[4], frame[5]]),
+        dont_fragment: frame[6] & 0x40 != 0,
+        src_port: u16::from_be_bytes([udp[0], udp[1]]),
+        dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+    };
+    Some((ctx, &udp[8..udp_len]))
+}
