@@ -1,23 +1,455 @@
 //! `rocev2` command-line tool.
 //!
+//!   rocev2 demo       soft server + FPGA emulator in one process over loopback
+//!   rocev2 recv       a server: prints host params as JSON, receives frames
+//!   rocev2 fpga-sim   the FPGA emulator pointed at a server by its params
 //!   rocev2 info       backends, RDMA devices, ports and GID tables
 //!   rocev2 version    library and ABI version
 
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage: rocev2 <command>\n\n\
-         commands:\n  \
-         info      list the backends, the RDMA devices, their ports and GID tables\n  \
-         version   print the library and C ABI versions\n\n\
-         Logging: RUST_LOG=info (or debug, trace)."
+use rocev2::soft::bench::{udp_ceiling, Rate};
+use rocev2::soft::emulator::{EmulatorConfig, Faults, FpgaEmulator};
+use rocev2::soft::pattern;
+use rocev2::{ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig};
+
+const USAGE: &str = "usage: rocev2 <command> [--option value ...]
+
+commands:
+  demo      soft server and FPGA emulator in one process over loopback: streams
+            frames, verifies every byte and the order, prints throughput
+              --frames N (200000) --size BYTES (4096) --channels 0,1,2,3
+              --depth SLOTS (256) --pmtu 1..5 (5) --faults drop=P,dup=P,reorder=P
+              --seed N --udp-ceiling SECONDS (also measure raw loopback UDP)
+  recv      run a server; prints its host params as one JSON line, then counts
+            (and with --verify checks) frames
+              --device soft|NAME (soft) --bind IP (127.0.0.1) --port N (4791; 0 = any)
+              --peer-port N (4791; 0 = reply to the source port) --fpga-ip IP
+              --fpga-qpn N --fpga-psn N (host SQ PSN) --pmtu 1..5 --rnr 0..31 (12)
+              --depth SLOTS --max-payload BYTES (9000) --gid-index N
+              --frames N (stop after N) --idle-timeout SECONDS (10) --out FILE --verify
+  fpga-sim  the FPGA emulator: streams pattern frames to a server
+              --host IP:PORT --host-qpn N --psn N (the host SQ PSN) --qpn N
+              --bind IP:PORT (127.0.0.1:0) --frames N --size BYTES --channels LIST
+              --pmtu 1..5 --faults ... --seed N --timeout-code N (14)
+  info      backends, RDMA devices, ports and GID tables
+  version   library and C ABI versions
+
+Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).";
+
+type Opts = HashMap<String, String>;
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mut m = HashMap::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let key = a
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected argument {a:?}"))?;
+        if key == "verify" {
+            m.insert(key.to_string(), "1".to_string());
+            continue;
+        }
+        let v = it.next().ok_or_else(|| format!("--{key} needs a value"))?;
+        m.insert(key.to_string(), v.clone());
+    }
+    Ok(m)
+}
+
+fn num<T: TryFrom<u64>>(o: &Opts, key: &str, default: T) -> Result<T, String> {
+    match o.get(key) {
+        None => Ok(default),
+        Some(v) => {
+            let n = match v.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16),
+                None => v.parse::<u64>(),
+            }
+            .map_err(|_| format!("--{key}: {v:?} is not a number"))?;
+            T::try_from(n).map_err(|_| format!("--{key}: {v} is out of range"))
+        }
+    }
+}
+
+fn float(o: &Opts, key: &str, default: f64) -> Result<f64, String> {
+    o.get(key).map_or(Ok(default), |v| {
+        v.parse()
+            .map_err(|_| format!("--{key}: {v:?} is not a number"))
+    })
+}
+
+fn channels(o: &Opts) -> Result<Vec<u8>, String> {
+    let text = o.get("channels").map(String::as_str).unwrap_or("0,1,2,3");
+    text.split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<u8>()
+                .map_err(|_| format!("--channels: {c:?} is not 0..255"))
+        })
+        .collect()
+}
+
+fn faults(o: &Opts) -> Result<Faults, String> {
+    let mut f = Faults {
+        seed: num(o, "seed", 1u64)?,
+        ..Default::default()
+    };
+    if let Some(spec) = o.get("faults") {
+        for part in spec.split(',') {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("--faults: {part:?} is not key=probability"))?;
+            let p: f64 = v
+                .parse()
+                .map_err(|_| format!("--faults: {v:?} is not a probability"))?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("--faults: {p} is not in 0..1"));
+            }
+            match k {
+                "drop" => f.drop = p,
+                "dup" | "duplicate" => f.duplicate = p,
+                "reorder" => f.reorder = p,
+                _ => {
+                    return Err(format!(
+                        "--faults: unknown fault {k:?} (drop, dup, reorder)"
+                    ))
+                }
+            }
+        }
+    }
+    Ok(f)
+}
+
+fn addr(o: &Opts, key: &str, default: &str) -> Result<SocketAddrV4, String> {
+    let v = o.get(key).map(String::as_str).unwrap_or(default);
+    v.parse()
+        .map_err(|_| format!("--{key}: {v:?} is not IP:PORT"))
+}
+
+/// Checks frames in order against the emulator's pattern.
+struct Verifier {
+    next: AtomicU64,
+    bytes: AtomicU64,
+    first_error: Mutex<Option<String>>,
+    channels: Vec<u8>,
+}
+
+impl Verifier {
+    fn check(&self, f: &Frame) {
+        let want = self.next.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(f.len() as u64, Ordering::Relaxed);
+        let err = match pattern::check(f.data()) {
+            Err(e) => Some(e),
+            Ok(seq) if seq != want => Some(format!("frame {seq} arrived where {want} was due")),
+            Ok(seq)
+                if !self.channels.is_empty()
+                    && f.channel()
+                        != self.channels[(seq % self.channels.len() as u64) as usize] =>
+            {
+                Some(format!("frame {seq} arrived on channel {}", f.channel()))
+            }
+            Ok(_) => None,
+        };
+        if let Some(e) = err {
+            self.first_error.lock().unwrap().get_or_insert(e);
+        }
+    }
+}
+
+fn progress_bar(done: u64, total: u64, t0: Instant, size: usize) {
+    let frac = done as f64 / total.max(1) as f64;
+    let width = 30;
+    let fill = (frac * width as f64) as usize;
+    let r = Rate::of(done, done * size as u64, t0.elapsed());
+    eprint!(
+        "\r[{}{}] {:5.1}%  {done}/{total} frames  {:.2} Gbit/s  ",
+        "=".repeat(fill),
+        " ".repeat(width - fill),
+        frac * 100.0,
+        r.gbit
     );
-    ExitCode::from(2)
+    let _ = std::io::stderr().flush();
+}
+
+fn demo(o: &Opts) -> Result<ExitCode, String> {
+    let frames: u64 = num(o, "frames", 200_000u64)?;
+    let size: usize = num(o, "size", 4096usize)?;
+    let depth: u32 = num(o, "depth", 256u32)?;
+    let pmtu: u32 = num(o, "pmtu", 5u32)?;
+    let chans = channels(o)?;
+    let f = faults(o)?;
+    if size < 8 {
+        return Err("--size must be at least 8 (the pattern carries a sequence number)".into());
+    }
+    let mut dc = DeviceConfig::new("soft");
+    dc.bind_addr = "127.0.0.1".into();
+    dc.udp_port = 0;
+    dc.peer_udp_port = 0;
+    let dev = Device::open(&dc).map_err(|e| e.to_string())?;
+    let server = Server::create(
+        &dev,
+        &ServerConfig {
+            max_payload: size.max(1) as u32,
+            rx_queue_depth: depth,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let hp = server.host_params();
+    let mut ecfg = EmulatorConfig::new(
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
+        hp.qpn,
+        hp.sq_psn,
+    );
+    ecfg.pmtu = rocev2::Mtu::from_code(pmtu).map_err(|e| e.to_string())?;
+    ecfg.faults = f;
+    if f.any() {
+        ecfg.timeout_code = 12;
+    }
+    let mut emu = FpgaEmulator::new(ecfg).map_err(|e| e.to_string())?;
+    server.set_fpga_gid(emu.gid()).map_err(|e| e.to_string())?;
+    let v = Arc::new(Verifier {
+        next: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        first_error: Mutex::new(None),
+        channels: chans.clone(),
+    });
+    let v2 = v.clone();
+    server
+        .set_frame_callback(move |f| v2.check(&f))
+        .map_err(|e| e.to_string())?;
+    server
+        .complete_connection(
+            &ConnectParams::new(emu.qpn(), hp.sq_psn, pmtu, 1).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())?;
+    println!(
+        "rocev2 demo: soft server {}:{} (QP {:#08x}) <- FPGA emulator {} (QP {:#08x}); {frames} frames x {size} B, \
+         pmtu {}, {depth} slots, channels {chans:?}{}",
+        Ipv4Addr::LOCALHOST,
+        hp.udp_port,
+        hp.qpn,
+        emu.local_addr(),
+        emu.qpn(),
+        128u32 << pmtu,
+        if f.any() { format!(", faults {f:?}") } else { String::new() }
+    );
+    let tty = std::io::stderr().is_terminal();
+    let t0 = Instant::now();
+    emu.stream(
+        frames,
+        size,
+        &chans,
+        depth as usize * 2,
+        Duration::from_secs(3600),
+        |done| {
+            if tty {
+                progress_bar(done, frames, t0, size);
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while v.next.load(Ordering::Relaxed) < frames && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let elapsed = t0.elapsed();
+    if tty {
+        eprintln!();
+    }
+    server.stop();
+    let got = v.next.load(Ordering::Relaxed);
+    let rate = Rate::of(got, v.bytes.load(Ordering::Relaxed), elapsed);
+    let s = server.stats();
+    let e = emu.stats();
+    println!(
+        "frames delivered : {got} of {frames} in {:.3} s",
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "throughput       : {:.3} Gbit/s, {:.0} frames/s",
+        rate.gbit, rate.per_sec
+    );
+    println!(
+        "emulator         : {} packets, {} retransmits, {} RNR NAKs, {} seq NAKs, {} timeouts",
+        e.requester.packets,
+        e.requester.retransmits,
+        e.requester.rnr_naks,
+        e.requester.seq_naks,
+        e.requester.timeouts
+    );
+    if f.any() {
+        println!(
+            "faults injected  : {} dropped, {} duplicated, {} reordered",
+            e.dropped, e.duplicated, e.reordered
+        );
+    }
+    println!(
+        "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks",
+        s.packets_rx, s.acks_tx, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates, s.parks
+    );
+    if let Some(secs) = o.get("udp-ceiling") {
+        let secs: f64 = secs
+            .parse()
+            .map_err(|_| "--udp-ceiling takes seconds".to_string())?;
+        let wire = rocev2::soft::wire::Packet::wire_len(
+            rocev2::soft::wire::Opcode::SendOnlyImm,
+            size.min(128 << pmtu),
+        );
+        let c = udp_ceiling(wire, Duration::from_secs_f64(secs)).map_err(|e| e.to_string())?;
+        let pkts_per_frame = size.div_ceil(128 << pmtu) as f64;
+        println!(
+            "UDP ceiling      : {:.3} Gbit/s, {:.0} datagrams/s of {wire} B (raw loopback, same batching); \
+             demo/ceiling = {:.2} (packets/s)",
+            c.gbit,
+            c.per_sec,
+            rate.per_sec * pkts_per_frame / c.per_sec
+        );
+    }
+    let err = v.first_error.lock().unwrap().clone();
+    match err {
+        None if got == frames => {
+            println!("verify           : OK (every byte, order and channel of every frame)");
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            println!("verify           : FAILED: only {got} of {frames} frames arrived");
+            Ok(ExitCode::FAILURE)
+        }
+        Some(e) => {
+            println!("verify           : FAILED: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn recv(o: &Opts) -> Result<ExitCode, String> {
+    let mut dc = DeviceConfig::new(o.get("device").map(String::as_str).unwrap_or("soft"));
+    dc.bind_addr = o.get("bind").cloned().unwrap_or_else(|| "127.0.0.1".into());
+    dc.udp_port = num(o, "port", 4791u16)?;
+    dc.peer_udp_port = num(o, "peer-port", 4791u16)?;
+    dc.gid_index = num(o, "gid-index", 0u8)?;
+    let dev = Device::open(&dc).map_err(|e| e.to_string())?;
+    let cfg = ServerConfig {
+        max_payload: num(o, "max-payload", 9000u32)?,
+        rx_queue_depth: num(o, "depth", 256u32)?,
+        ..Default::default()
+    };
+    let server = Server::create(&dev, &cfg).map_err(|e| e.to_string())?;
+    let hp = server.host_params();
+    println!(
+        "{{\"qpn\": {}, \"rq_psn\": {}, \"sq_psn\": {}, \"mr_addr\": {}, \"mr_len\": {}, \"mr_rkey\": {}, \"gid\": \"{}\", \"udp_port\": {}}}",
+        hp.qpn, hp.rq_psn, hp.sq_psn, hp.mr_addr, hp.mr_len, hp.mr_rkey, hp.gid, hp.udp_port
+    );
+    let _ = std::io::stdout().flush();
+    let fpga_ip = o.get("fpga-ip").ok_or("--fpga-ip is required")?;
+    server
+        .set_fpga_gid(Gid::parse(fpga_ip).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let fpga_qpn: u32 = num(o, "fpga-qpn", u32::MAX)?;
+    if fpga_qpn == u32::MAX {
+        return Err("--fpga-qpn is required (the FPGA's QP number)".into());
+    }
+    let params = ConnectParams::new(
+        fpga_qpn,
+        num(o, "fpga-psn", hp.sq_psn)?,
+        num(o, "pmtu", 5u32)?,
+        num(o, "rnr", 12u32)?,
+    )
+    .map_err(|e| e.to_string())?;
+    let want: u64 = num(o, "frames", u64::MAX)?;
+    let idle = Duration::from_secs_f64(float(o, "idle-timeout", 10.0)?);
+    let verify = o.contains_key("verify");
+    let mut out = match o.get("out") {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("--out {p}: {e}"))?,
+        )),
+        None => None,
+    };
+    server
+        .complete_connection(&params)
+        .map_err(|e| e.to_string())?;
+    eprintln!("rocev2 recv: connected to FPGA {fpga_ip} QP {fpga_qpn:#x}; waiting for frames");
+    let (mut n, mut bytes, mut bad) = (0u64, 0u64, 0u64);
+    let t0 = Instant::now();
+    while n < want {
+        match server.poll_frame(Some(idle)).map_err(|e| e.to_string())? {
+            None => {
+                eprintln!("rocev2 recv: no frame for {idle:?}; stopping");
+                break;
+            }
+            Some(f) => {
+                if verify && pattern::check(f.data()) != Ok(n) {
+                    bad += 1;
+                }
+                if let Some(w) = out.as_mut() {
+                    w.write_all(&(f.len()).to_le_bytes())
+                        .and_then(|_| w.write_all(&[f.channel()]))
+                        .and_then(|_| w.write_all(f.data()))
+                        .map_err(|e| format!("writing frames: {e}"))?;
+                }
+                n += 1;
+                bytes += f.len() as u64;
+            }
+        }
+    }
+    let r = Rate::of(n, bytes, t0.elapsed());
+    let s = server.stats();
+    println!(
+        "{{\"frames\": {n}, \"bytes\": {bytes}, \"verify_errors\": {bad}, \"gbit_per_s\": {:.3}, \"rnr_naks\": {}, \"seq_naks\": {}, \"duplicates\": {}}}",
+        r.gbit, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates
+    );
+    Ok(if bad == 0 && (want == u64::MAX || n == want) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn fpga_sim(o: &Opts) -> Result<ExitCode, String> {
+    let host = addr(o, "host", "127.0.0.1:4791")?;
+    let host_qpn: u32 = num(o, "host-qpn", u32::MAX)?;
+    let psn: u32 = num(o, "psn", u32::MAX)?;
+    if host_qpn == u32::MAX || psn == u32::MAX {
+        return Err("--host-qpn and --psn (the host SQ PSN) are required".into());
+    }
+    let mut cfg = EmulatorConfig::new(addr(o, "bind", "127.0.0.1:0")?, host, host_qpn, psn);
+    if o.contains_key("qpn") {
+        cfg.qpn = num(o, "qpn", 0u32)?;
+    }
+    cfg.pmtu = rocev2::Mtu::from_code(num(o, "pmtu", 5u32)?).map_err(|e| e.to_string())?;
+    cfg.faults = faults(o)?;
+    cfg.timeout_code = num(o, "timeout-code", 14u8)?;
+    let frames: u64 = num(o, "frames", 10_000u64)?;
+    let size: usize = num(o, "size", 4096usize)?;
+    let chans = channels(o)?;
+    let mut emu = FpgaEmulator::new(cfg).map_err(|e| e.to_string())?;
+    eprintln!(
+        "rocev2 fpga-sim: {} QP {:#x} -> {host} QP {host_qpn:#x} from PSN {psn:#x}",
+        emu.local_addr(),
+        emu.qpn()
+    );
+    let t0 = Instant::now();
+    emu.stream(frames, size, &chans, 256, Duration::from_secs(3600), |_| {})
+        .map_err(|e| e.to_string())?;
+    let r = Rate::of(frames, frames * size as u64, t0.elapsed());
+    let s = emu.stats();
+    println!(
+        "{{\"frames\": {frames}, \"gbit_per_s\": {:.3}, \"retransmits\": {}, \"rnr_naks\": {}, \"seq_naks\": {}, \"timeouts\": {}}}",
+        r.gbit, s.requester.retransmits, s.requester.rnr_naks, s.requester.seq_naks, s.requester.timeouts
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn info() -> ExitCode {
     println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
+    println!("backend soft: built in (userspace RoCEv2 over UDP; device name \"soft\")");
     #[cfg(feature = "verbs")]
     {
         println!("backend verbs: built in (libibverbs)");
@@ -26,7 +458,7 @@ fn info() -> ExitCode {
             println!(
                 "  No RDMA devices found on this host: no RoCE NIC driver is loaded and no \
                  Soft-RoCE device exists.\n  To create one: `modprobe rdma_rxe && rdma link add \
-                 rxe0 type rxe netdev <iface>` (needs a kernel with rdma_rxe)."
+                 rxe0 type rxe netdev <iface>` (needs a kernel with rdma_rxe), or use the soft backend."
             );
         }
         for d in devices {
@@ -59,12 +491,37 @@ fn info() -> ExitCode {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("info") => info(),
-        Some("version") | Some("--version") => {
-            println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
-            ExitCode::SUCCESS
+    let Some(cmd) = args.first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let opts = match parse_opts(&args[1..]) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rocev2 {cmd}: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
         }
-        _ => usage(),
+    };
+    let res = match cmd.as_str() {
+        "demo" => demo(&opts),
+        "recv" => recv(&opts),
+        "fpga-sim" => fpga_sim(&opts),
+        "info" => Ok(info()),
+        "version" | "--version" => {
+            println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
+            Ok(ExitCode::SUCCESS)
+        }
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(format!("unknown command {other:?}")),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("rocev2 {cmd}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -11,6 +11,7 @@
 //! Linux sends from this socket). Received ICRCs cannot be checked from a UDP
 //! socket (no IP header): such packets are counted as `icrc_unchecked`.
 
+pub mod bench;
 pub mod emulator;
 pub mod net;
 pub mod pattern;
