@@ -51,6 +51,36 @@
 #define ROCEV2_UDP_PORT 4791
 
 /**
+ * Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
+ */
+#define MAX_DATAGRAM (4096 + 64)
+
+/**
+ * BTH length in bytes.
+ */
+#define BTH_LEN 12
+
+/**
+ * ImmDt / AETH length in bytes.
+ */
+#define EXT_LEN 4
+
+/**
+ * ICRC length in bytes.
+ */
+#define ICRC_LEN 4
+
+/**
+ * The default partition key.
+ */
+#define DEFAULT_PKEY 65535
+
+/**
+ * Mask of a PSN.
+ */
+#define MASK 16777215
+
+/**
  * Status codes. 0 is success; every other value comes with a message from
  * `rocev2_last_error` on the same thread.
  */
@@ -189,11 +219,22 @@ typedef struct {
    */
   uint8_t gid_index;
   /**
-   * UDP port for the soft backend (default 4791).
+   * UDP port for the soft backend (default 4791; 0 = any free port, see
+   * rocev2_host_params.udp_port).
    */
   uint16_t udp_port;
   /**
-   * Device name, e.g. "mlx5_0" or "rxe0" (NUL-terminated; copied).
+   * Soft backend: the FPGA's UDP port, where ACKs go (default 4791; 0 =
+   * reply to each packet's source port).
+   */
+  uint16_t peer_udp_port;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Device name, e.g. "mlx5_0" or "rxe0", or "soft" for the userspace
+   * backend (NUL-terminated; copied).
    */
   const char *name;
   /**
@@ -269,6 +310,10 @@ typedef struct {
    * Host GID as text, "0000:0000:0000:0000:0000:ffff:0a00:0001" (NUL-terminated).
    */
   char gid_str[40];
+  /**
+   * UDP port the host receives on (4791; the bound port on the soft backend).
+   */
+  uint16_t udp_port;
 } rocev2_host_params;
 
 /**
@@ -462,7 +507,8 @@ size_t rocev2_last_error(char *buf, size_t len);
 rocev2_status rocev2_set_log_callback(rocev2_log_callback cb, void *user_data, int level);
 
 /**
- * Fills `cfg` with defaults (port 1, GID index 0, UDP port 4791, no name).
+ * Fills `cfg` with defaults (port 1, GID index 0, UDP ports 4791, no name,
+ * bind 127.0.0.1).
  */
 rocev2_status rocev2_device_config_init(rocev2_device_config *cfg);
 
