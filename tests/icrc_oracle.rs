@@ -34,7 +34,10 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 /// An IPv4 + UDP header in front of `udp_payload`, as the kernel would build it.
@@ -70,15 +73,26 @@ fn scapy_packets_verify_here() {
     if !scapy_available() {
         return;
     }
-    let out = Command::new("python3").args([SCRIPT, "gen"]).output().expect("python3");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .args([SCRIPT, "gen"])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut n = 0;
     for line in text.lines() {
         let ip = unhex(line.trim());
         let (ctx, udp) = split_ipv4_udp(&ip).expect("IPv4/UDP");
         let pkt = Packet::parse(udp).expect("parses");
-        assert!(ctx.verify(udp), "scapy packet {n} ({:?}) fails our ICRC check", pkt.bth.opcode);
+        assert!(
+            ctx.verify(udp),
+            "scapy packet {n} ({:?}) fails our ICRC check",
+            pkt.bth.opcode
+        );
         let mut bad = udp.to_vec();
         let last = bad.len() - 5;
         bad[last] ^= 0x01;
@@ -94,15 +108,78 @@ fn our_packets_verify_in_scapy() {
         return;
     }
     let mut lines = Vec::new();
-    let cases: Vec<(Opcode, Vec<u8>, Option<u32>, Option<Aeth>, u16, bool, u8, u8)> = vec![
-        (Opcode::SendOnlyImm, (0..4096).map(|i| i as u8).collect(), Some(0x305), None, 0, true, 0, 64),
-        (Opcode::SendOnlyImm, b"abc".to_vec(), Some(1), None, 0x4321, false, 0xb8, 1),
+    let cases: Vec<(
+        Opcode,
+        Vec<u8>,
+        Option<u32>,
+        Option<Aeth>,
+        u16,
+        bool,
+        u8,
+        u8,
+    )> = vec![
+        (
+            Opcode::SendOnlyImm,
+            (0..4096).map(|i| i as u8).collect(),
+            Some(0x305),
+            None,
+            0,
+            true,
+            0,
+            64,
+        ),
+        (
+            Opcode::SendOnlyImm,
+            b"abc".to_vec(),
+            Some(1),
+            None,
+            0x4321,
+            false,
+            0xb8,
+            1,
+        ),
         (Opcode::SendFirst, vec![9; 4096], None, None, 0, true, 0, 64),
         (Opcode::SendLast, vec![1; 7], None, None, 7, true, 0, 64),
         (Opcode::SendOnly, vec![], None, None, 0, true, 0, 64),
-        (Opcode::Acknowledge, vec![], None, Some(Aeth { syndrome: Syndrome::Ack(0x1f), msn: 3 }), 0, true, 0, 64),
-        (Opcode::Acknowledge, vec![], None, Some(Aeth { syndrome: Syndrome::RnrNak(12), msn: 0xffffff }), 0, true, 0, 64),
-        (Opcode::Acknowledge, vec![], None, Some(Aeth { syndrome: Syndrome::PsnSeqErr, msn: 1 }), 0, true, 0, 64),
+        (
+            Opcode::Acknowledge,
+            vec![],
+            None,
+            Some(Aeth {
+                syndrome: Syndrome::Ack(0x1f),
+                msn: 3,
+            }),
+            0,
+            true,
+            0,
+            64,
+        ),
+        (
+            Opcode::Acknowledge,
+            vec![],
+            None,
+            Some(Aeth {
+                syndrome: Syndrome::RnrNak(12),
+                msn: 0xffffff,
+            }),
+            0,
+            true,
+            0,
+            64,
+        ),
+        (
+            Opcode::Acknowledge,
+            vec![],
+            None,
+            Some(Aeth {
+                syndrome: Syndrome::PsnSeqErr,
+                msn: 1,
+            }),
+            0,
+            true,
+            0,
+            64,
+        ),
     ];
     for (i, (op, payload, imm, aeth, ip_id, df, tos, ttl)) in cases.iter().enumerate() {
         let ctx = Ipv4Udp {
@@ -126,10 +203,19 @@ fn our_packets_verify_in_scapy() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
-    child.stdin.take().unwrap().write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all((lines.join("\n") + "\n").as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
-    let verdicts: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    let verdicts: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     assert_eq!(verdicts.len(), cases.len());
     for (i, v) in verdicts.iter().enumerate() {
         assert_eq!(v, "ok", "case {i} ({:?})", cases[i].0);

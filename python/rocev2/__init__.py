@@ -31,7 +31,8 @@ __all__ = [
     "ServerCfg", "TransportCfg", "HostParams", "Frame", "Server", "ChannelView",
     "ip_to_gid_bytes", "gid_bytes_to_str", "host_ip_from_gid", "parse_gid",
     "detect_gid_index", "validate_channel", "library", "version", "abi_version",
-    "DEFAULT_MAX_PAYLOAD", "DEFAULT_RX_QUEUE_DEPTH", "list_devices",
+    "DEFAULT_MAX_PAYLOAD", "DEFAULT_RX_QUEUE_DEPTH", "list_devices", "pattern_check",
+    "forward_logs_to_python",
 ]
 
 ABI_VERSION = 1
@@ -64,6 +65,7 @@ class Rocev2Error(RuntimeError):
 class _DeviceConfig(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("ib_port", ctypes.c_uint8),
                 ("gid_index", ctypes.c_uint8), ("udp_port", ctypes.c_uint16),
+                ("peer_udp_port", ctypes.c_uint16), ("reserved", ctypes.c_uint16),
                 ("name", ctypes.c_char_p), ("bind_addr", ctypes.c_char_p)]
 
 
@@ -77,7 +79,8 @@ class _HostParams(ctypes.Structure):
     _fields_ = [("qpn", ctypes.c_uint32), ("rq_psn", ctypes.c_uint32),
                 ("sq_psn", ctypes.c_uint32), ("mr_len", ctypes.c_uint32),
                 ("mr_addr", ctypes.c_uint64), ("mr_rkey", ctypes.c_uint32),
-                ("gid", ctypes.c_uint8 * 16), ("gid_str", ctypes.c_char * 40)]
+                ("gid", ctypes.c_uint8 * 16), ("gid_str", ctypes.c_char * 40),
+                ("udp_port", ctypes.c_uint16)]
 
 
 class _Frame(ctypes.Structure):
@@ -318,6 +321,26 @@ def detect_gid_index(device: str, ip: str, ib_port: int = 1,
     return out.value
 
 
+def pattern_check(data) -> int:
+    """Checks a frame of the FPGA emulator's pattern (bytes 0..8: sequence
+    number, little-endian; then xorshift32 seeded from it); returns the
+    sequence number or raises ValueError."""
+    b = bytes(data)
+    if len(b) < 8:
+        raise ValueError(f"frame of {len(b)} bytes is too short for the pattern (>= 8)")
+    seq = int.from_bytes(b[:8], "little")
+    s = ((seq * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF) >> 32) | 1
+    out = bytearray()
+    while len(out) < len(b) - 8:
+        s ^= (s << 13) & 0xFFFFFFFF
+        s ^= s >> 17
+        s ^= (s << 5) & 0xFFFFFFFF
+        out += s.to_bytes(4, "little")
+    if bytes(out[:len(b) - 8]) != b[8:]:
+        raise ValueError(f"frame {seq}: payload differs from the pattern")
+    return seq
+
+
 def validate_channel(channel: int) -> int:
     """Checks a channel id (immediate bits [7:0]): 0..255."""
     if not isinstance(channel, int) or not 0 <= channel <= 0xFF:
@@ -344,6 +367,7 @@ class ServerCfg:
     rxQueueDepth: typing.Optional[int] = None
     bindAddr: str = "127.0.0.1"
     udpPort: int = 4791
+    peerUdpPort: int = 4791
     spinUs: int = 50
     stopTimeoutMs: int = 5000
     cpuAffinity: int = -1
@@ -457,6 +481,7 @@ class Server:
         self._cfg = cfg
         self._dev = ctypes.c_void_p()
         self._srv = ctypes.c_void_p()
+        self._retired = ctypes.c_void_p()
         self._cb = None
         self._lock = threading.Lock()
         self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
@@ -479,6 +504,7 @@ class Server:
         dc.gid_index = gid_index
         dc.bind_addr = cfg.bindAddr.encode()
         dc.udp_port = cfg.udpPort
+        dc.peer_udp_port = cfg.peerUdpPort
         _check(library.rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
         try:
             sc = _ServerConfig()
@@ -541,10 +567,13 @@ class Server:
             _check(library.rocev2_server_stop(self._srv))
 
     def close(self) -> None:
-        """Stops and frees the server and device handles."""
+        """Stops and frees the server and device handles. Frames still on loan
+        stay valid and release through the retired handle (the library keeps
+        its memory until the last one is released)."""
         if self._srv:
             library.rocev2_server_destroy(self._srv)
-            # Outstanding frames still release through the (now zombie) handle.
+            self._retired = self._srv
+            self._srv = ctypes.c_void_p()
         if self._dev:
             library.rocev2_device_close(self._dev)
             self._dev = ctypes.c_void_p()
@@ -556,8 +585,7 @@ class Server:
         self.close()
 
     def _release(self, token: int) -> None:
-        if self._srv:
-            _check(library.rocev2_server_release(self._srv, token))
+        _check(library.rocev2_server_release(self._srv or self._retired, token))
 
     # -- frames ------------------------------------------------------------
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
@@ -659,6 +687,11 @@ class Server:
     mr_rkey = property(getMrRkey)
     frame_count = property(getFrameCount)
     byte_count = property(getByteCount)
+
+    @property
+    def udp_port(self) -> int:
+        """The UDP port the host receives on (4791; the bound port on soft)."""
+        return self._hp().udp_port
 
     @property
     def host_ip(self) -> str:
