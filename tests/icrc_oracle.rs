@@ -102,22 +102,25 @@ fn scapy_packets_verify_here() {
     assert!(n >= 12, "only {n} packets from scapy");
 }
 
+/// opcode, payload, immediate, AETH, IP ID, DF, TOS, TTL
+type Case = (
+    Opcode,
+    Vec<u8>,
+    Option<u32>,
+    Option<Aeth>,
+    u16,
+    bool,
+    u8,
+    u8,
+);
+
 #[test]
 fn our_packets_verify_in_scapy() {
     if !scapy_available() {
         return;
     }
     let mut lines = Vec::new();
-    let cases: Vec<(
-        Opcode,
-        Vec<u8>,
-        Option<u32>,
-        Option<Aeth>,
-        u16,
-        bool,
-        u8,
-        u8,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             Opcode::SendOnlyImm,
             (0..4096).map(|i| i as u8).collect(),

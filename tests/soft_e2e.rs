@@ -60,14 +60,12 @@ fn connect(server: &Server, emu: &FpgaEmulator, rnr: u32) {
         .unwrap();
 }
 
-/// Checks order, bytes and channel of each frame; returns (count, error).
-fn checker(
-    channels: &'static [u8],
-) -> (
-    impl FnMut(Frame) + Send,
-    Arc<Mutex<Option<String>>>,
-    Arc<AtomicU64>,
-) {
+/// The first problem seen by a checker.
+type FirstError = Arc<Mutex<Option<String>>>;
+
+/// Checks order, bytes and channel of each frame; returns (callback, first
+/// problem, frames seen).
+fn checker(channels: &'static [u8]) -> (impl FnMut(Frame) + Send, FirstError, Arc<AtomicU64>) {
     let err = Arc::new(Mutex::new(None));
     let count = Arc::new(AtomicU64::new(0));
     let (e2, c2) = (err.clone(), count.clone());

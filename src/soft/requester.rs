@@ -233,10 +233,10 @@ impl Requester {
             }
             self.rnr_until = None;
         }
-        if self.send_at == self.window.len() {
-            if self.window.len() >= self.cfg.max_inflight || !self.packetize() {
-                return None;
-            }
+        if self.send_at == self.window.len()
+            && (self.window.len() >= self.cfg.max_inflight || !self.packetize())
+        {
+            return None;
         }
         let i = self.send_at;
         self.send_at += 1;

@@ -171,7 +171,7 @@ static void test_callback_mode_with_faults(void) {
 
     pthread_t th;
     pthread_create(&th, NULL, releaser, &st);
-    const int N = 20000;
+    const int N = 100000;
     pid_t pid = spawn_fpga_sim(&hp, N, 1000, "drop=0.01,dup=0.01,reorder=0.01");
     CHECK(wait_child(pid) == 0);
     for (int i = 0; i < 10000 && atomic_load(&st.next) < (unsigned long long)N; ++i) usleep(1000);
