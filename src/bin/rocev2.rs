@@ -38,6 +38,11 @@ commands:
               --host IP:PORT --host-qpn N --psn N (the host SQ PSN) --qpn N
               --bind IP:PORT (127.0.0.1:0) --frames N --size BYTES --channels LIST
               --pmtu 1..5 --faults ... --seed N --timeout-code N (14)
+  verbs-fpga  an RC requester on an RDMA device playing the FPGA (rdma_rxe or a
+            spare NIC): prints its QPN and GID as JSON, waits for a line on stdin
+            (the host has completed its connection), then streams pattern frames
+              --device NAME --gid-index N --host-qpn N --host-gid GID --psn N
+              --frames N --size BYTES --channels LIST --pmtu 1..5 --inflight N (16)
   info      backends, RDMA devices, ports and GID tables
   version   library and C ABI versions
 
@@ -447,6 +452,45 @@ fn fpga_sim(o: &Opts) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[cfg(feature = "verbs")]
+fn verbs_fpga(o: &Opts) -> Result<ExitCode, String> {
+    use rocev2::verbs::{requester::VerbsRequester, VerbsDevice};
+    let name = o.get("device").ok_or("--device is required")?;
+    let dev = VerbsDevice::open(name, num(o, "ib-port", 1u8)?, num(o, "gid-index", 0u8)?)
+        .map_err(|e| e.to_string())?;
+    let size: usize = num(o, "size", 4096usize)?;
+    let mut req = VerbsRequester::create(Arc::new(dev), num(o, "inflight", 16usize)?, size)
+        .map_err(|e| e.to_string())?;
+    let gid = req.gid().map_err(|e| e.to_string())?;
+    println!("{{\"qpn\": {}, \"gid\": \"{gid}\"}}", req.qpn());
+    let _ = std::io::stdout().flush();
+    let host_qpn: u32 = num(o, "host-qpn", u32::MAX)?;
+    let psn: u32 = num(o, "psn", u32::MAX)?;
+    let host_gid = Gid::parse(o.get("host-gid").ok_or("--host-gid is required")?)
+        .map_err(|e| e.to_string())?;
+    if host_qpn == u32::MAX || psn == u32::MAX {
+        return Err("--host-qpn and --psn (the host SQ PSN) are required".into());
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let pmtu = rocev2::Mtu::from_code(num(o, "pmtu", 5u32)?).map_err(|e| e.to_string())?;
+    req.connect(host_qpn, host_gid, psn, pmtu)
+        .map_err(|e| e.to_string())?;
+    let frames: u64 = num(o, "frames", 1000u64)?;
+    let st = req
+        .stream(frames, size, &channels(o)?, Duration::from_secs(600))
+        .map_err(|e| e.to_string())?;
+    println!(
+        "{{\"frames\": {}, \"gbit_per_s\": {:.3}, \"frames_per_s\": {:.0}}}",
+        st.frames,
+        st.bytes as f64 * 8.0 / st.seconds / 1e9,
+        st.frames as f64 / st.seconds
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn info() -> ExitCode {
     println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
     println!("backend soft: built in (userspace RoCEv2 over UDP; device name \"soft\")");
@@ -506,6 +550,8 @@ fn main() -> ExitCode {
         "demo" => demo(&opts),
         "recv" => recv(&opts),
         "fpga-sim" => fpga_sim(&opts),
+        #[cfg(feature = "verbs")]
+        "verbs-fpga" => verbs_fpga(&opts),
         "info" => Ok(info()),
         "version" | "--version" => {
             println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
+pub mod requester;
+
 use crate::config::{ConnectParams, MAX_24BIT};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;

@@ -1,0 +1,319 @@
+//! A verbs RC requester that plays the FPGA: it streams pattern frames as
+//! SEND_WITH_IMM (immediate = ring position << 8 | channel, like surf's
+//! engine) from a second RDMA device — for testing a receiver host with rdma_rxe
+//! or a spare NIC (`rocev2 verbs-fpga`). At most `max_inflight` sends are
+//! outstanding; every send is signaled and its completion checked, so a
+//! receiver that NAKs or stalls shows up as a completion error or a timeout.
+
+use std::collections::VecDeque;
+use std::ptr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdma_sys::*;
+
+use super::{errno_text, VerbsDevice};
+use crate::config::{Mtu, MAX_24BIT};
+use crate::error::{Error, ErrorKind, Result};
+use crate::gid::Gid;
+use crate::soft::pattern;
+
+/// What a stream achieved.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SendStats {
+    /// Frames whose send completed successfully.
+    pub frames: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+/// The FPGA stand-in on a verbs device.
+pub struct VerbsRequester {
+    dev: Arc<VerbsDevice>,
+    buf: Vec<u8>,
+    mr: *mut ibv_mr,
+    cq: *mut ibv_cq,
+    qp: *mut ibv_qp,
+    slot_size: usize,
+    inflight: usize,
+    ring: u32,
+    sent: u64,
+}
+
+// SAFETY: used by one thread at a time; ibverbs objects may move between threads.
+unsafe impl Send for VerbsRequester {}
+
+impl VerbsRequester {
+    /// PD-side resources and an RC QP in INIT on `dev` (its port and GID index).
+    pub fn create(
+        dev: Arc<VerbsDevice>,
+        max_inflight: usize,
+        max_frame: usize,
+    ) -> Result<VerbsRequester> {
+        let inflight = max_inflight.clamp(1, 1024);
+        let mut r = VerbsRequester {
+            buf: vec![0u8; inflight * max_frame.max(1)],
+            dev,
+            mr: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            qp: ptr::null_mut(),
+            slot_size: max_frame.max(1),
+            inflight,
+            ring: 0,
+            sent: 0,
+        };
+        let name = r.dev.name.clone();
+        // SAFETY: buf lives as long as self (dropped after the MR in Drop); pd is live.
+        r.mr = unsafe {
+            ibv_reg_mr(
+                r.dev.pd,
+                r.buf.as_mut_ptr() as *mut _,
+                r.buf.len(),
+                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+            )
+        };
+        if r.mr.is_null() {
+            return Err(Error::device(format!(
+                "ibv_reg_mr (requester) failed on '{name}': {}",
+                errno_text()
+            )));
+        }
+        // SAFETY: ctx is live.
+        r.cq = unsafe {
+            ibv_create_cq(
+                r.dev.ctx,
+                (inflight * 2) as i32,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0,
+            )
+        };
+        if r.cq.is_null() {
+            return Err(Error::device(format!(
+                "ibv_create_cq (requester) failed on '{name}': {}",
+                errno_text()
+            )));
+        }
+        // SAFETY: plain data; zeroed is valid.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.qp_type = ibv_qp_type::IBV_QPT_RC;
+        init.send_cq = r.cq;
+        init.recv_cq = r.cq;
+        init.cap.max_send_wr = inflight as u32;
+        init.cap.max_recv_wr = 1;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        // SAFETY: pd and cq are live.
+        r.qp = unsafe { ibv_create_qp(r.dev.pd, &mut init) };
+        if r.qp.is_null() {
+            return Err(Error::device(format!(
+                "ibv_create_qp (requester) failed on '{name}': {}",
+                errno_text()
+            )));
+        }
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        qa.port_num = r.dev.ib_port;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE
+            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
+            | ibv_qp_attr_mask::IBV_QP_PORT
+            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS;
+        r.modify(&mut qa, mask, "requester QP RESET→INIT failed")?;
+        Ok(r)
+    }
+
+    fn modify(&mut self, attr: &mut ibv_qp_attr, mask: ibv_qp_attr_mask, what: &str) -> Result<()> {
+        // SAFETY: qp is live and attr valid for the fields in mask.
+        let rc = unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) };
+        if rc != 0 {
+            return Err(Error::device(format!(
+                "{what} on '{}': {}",
+                self.dev.name,
+                std::io::Error::from_raw_os_error(rc)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Our QP number (what the host passes as fpga_qpn).
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: qp is live.
+        unsafe { (*self.qp).qp_num & MAX_24BIT }
+    }
+
+    /// Our GID (the device's, at its GID index).
+    pub fn gid(&self) -> Result<Gid> {
+        self.dev
+            .query_gid(self.dev.ib_port, self.dev.gid_index as u32)
+    }
+
+    /// INIT -> RTR -> RTS towards the host QP; our first SEND carries
+    /// `start_psn` (the host SQ PSN, surf's convention).
+    pub fn connect(
+        &mut self,
+        host_qpn: u32,
+        host_gid: Gid,
+        start_psn: u32,
+        pmtu: Mtu,
+    ) -> Result<()> {
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        qa.path_mtu = pmtu.code();
+        qa.dest_qp_num = host_qpn;
+        qa.rq_psn = 0;
+        qa.min_rnr_timer = 1;
+        qa.ah_attr.is_global = 1;
+        qa.ah_attr.grh.dgid = ibv_gid { raw: host_gid.0 };
+        qa.ah_attr.grh.sgid_index = self.dev.gid_index;
+        qa.ah_attr.grh.hop_limit = 64;
+        qa.ah_attr.port_num = self.dev.ib_port;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE
+            | ibv_qp_attr_mask::IBV_QP_AV
+            | ibv_qp_attr_mask::IBV_QP_PATH_MTU
+            | ibv_qp_attr_mask::IBV_QP_DEST_QPN
+            | ibv_qp_attr_mask::IBV_QP_RQ_PSN
+            | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC
+            | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER;
+        self.modify(&mut qa, mask, "requester QP INIT→RTR failed")?;
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        qa.sq_psn = start_psn & MAX_24BIT;
+        qa.timeout = 14;
+        qa.retry_cnt = 7;
+        qa.rnr_retry = 7;
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE
+            | ibv_qp_attr_mask::IBV_QP_SQ_PSN
+            | ibv_qp_attr_mask::IBV_QP_TIMEOUT
+            | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
+            | ibv_qp_attr_mask::IBV_QP_RNR_RETRY
+            | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC;
+        self.modify(&mut qa, mask, "requester QP RTR→RTS failed")
+    }
+
+    fn post(&mut self, slot: usize, len: usize, imm: u32) -> Result<()> {
+        let addr = self.buf.as_ptr() as u64 + (slot * self.slot_size) as u64;
+        let mut sge = ibv_sge {
+            addr,
+            length: len as u32,
+            // SAFETY: mr is live.
+            lkey: unsafe { (*self.mr).lkey },
+        };
+        // SAFETY: plain data (unions of integers and pointers); zeroed is valid.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = slot as u64;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: qp live; wr and sge valid for the call (the provider copies them).
+        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(Error::device(format!(
+                "ibv_post_send failed on '{}': {}",
+                self.dev.name,
+                std::io::Error::from_raw_os_error(rc)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends `frames` pattern frames of `size` bytes (frame i on channel
+    /// `channels[i % len]`), checking every send completion. Sequence numbers
+    /// continue across calls.
+    pub fn stream(
+        &mut self,
+        frames: u64,
+        size: usize,
+        channels: &[u8],
+        timeout: Duration,
+    ) -> Result<SendStats> {
+        if size > self.slot_size || size < 8 {
+            return Err(Error::invalid(format!(
+                "frame size must be 8..{} (the requester's buffer); got {size}",
+                self.slot_size
+            )));
+        }
+        let chans = if channels.is_empty() {
+            &[0u8][..]
+        } else {
+            channels
+        };
+        let t0 = Instant::now();
+        let mut outstanding: VecDeque<u64> = VecDeque::new();
+        let (mut next, mut done) = (0u64, 0u64);
+        // SAFETY: plain data; zeroed is valid.
+        let mut wcs: Vec<ibv_wc> = (0..16).map(|_| unsafe { std::mem::zeroed() }).collect();
+        while done < frames {
+            while next < frames && outstanding.len() < self.inflight {
+                let seq = self.sent + next;
+                let slot = (seq % self.inflight as u64) as usize;
+                let off = slot * self.slot_size;
+                pattern::fill(seq, &mut self.buf[off..off + size]);
+                let imm = (self.ring << 8) | chans[(next % chans.len() as u64) as usize] as u32;
+                self.ring = (self.ring + 1) & MAX_24BIT;
+                self.post(slot, size, imm)?;
+                outstanding.push_back(seq);
+                next += 1;
+            }
+            // SAFETY: cq live; wcs has 16 entries.
+            let n = unsafe { ibv_poll_cq(self.cq, 16, wcs.as_mut_ptr()) };
+            if n < 0 {
+                return Err(Error::device("ibv_poll_cq failed (requester)"));
+            }
+            for wc in &wcs[..n as usize] {
+                let seq = outstanding.pop_front().unwrap_or(0);
+                if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
+                    // SAFETY: static string for any status value.
+                    let what = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(wc.status)) };
+                    return Err(Error::new(
+                        ErrorKind::Device,
+                        format!(
+                            "send of frame {seq} completed with error: {}",
+                            what.to_string_lossy()
+                        ),
+                    ));
+                }
+                done += 1;
+            }
+            if n == 0 {
+                if t0.elapsed() > timeout {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("only {done} of {frames} sends completed within {timeout:?}"),
+                    ));
+                }
+                std::thread::yield_now();
+            }
+        }
+        self.sent += frames;
+        Ok(SendStats {
+            frames,
+            bytes: frames * size as u64,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+impl Drop for VerbsRequester {
+    fn drop(&mut self) {
+        // SAFETY: created here (or null), destroyed once in reverse order.
+        unsafe {
+            if !self.qp.is_null() {
+                ibv_destroy_qp(self.qp);
+            }
+            if !self.cq.is_null() {
+                ibv_destroy_cq(self.cq);
+            }
+            if !self.mr.is_null() {
+                ibv_dereg_mr(self.mr);
+            }
+        }
+    }
+}

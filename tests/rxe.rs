@@ -1,0 +1,449 @@
+//! Real RDMA: the verbs backend and the wire codec against the Linux kernel's
+//! Soft-RoCE (rdma_rxe), inside the VM of tests/vm/rxe-vm.sh. These tests are
+//! `#[ignore]`d on the host (no RDMA there); tests/vm/run.sh runs them in the
+//! guest with `--ignored`, where rxe0 <-> rxe1 share a veth pair and rxe2
+//! faces the network namespace "peer".
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rocev2::soft::pattern;
+use rocev2::verbs::requester::VerbsRequester;
+use rocev2::verbs::VerbsDevice;
+use rocev2::{
+    ConnectParams, Device, DeviceConfig, ErrorKind, Frame, Gid, Mtu, Server, ServerConfig,
+};
+
+const VM: &str = "runs in the rxe VM: tests/vm/run.sh";
+
+fn env_u8(k: &str) -> u8 {
+    std::env::var(k)
+        .unwrap_or_else(|_| panic!("{k} not set: run in the rxe VM"))
+        .parse()
+        .unwrap()
+}
+
+fn device(name: &str, gid_idx: u8) -> Device {
+    let mut c = DeviceConfig::new(name);
+    c.gid_index = gid_idx;
+    Device::open(&c).unwrap()
+}
+
+fn server_cfg(depth: u32, max_payload: u32) -> ServerConfig {
+    ServerConfig {
+        max_payload,
+        rx_queue_depth: depth,
+        ..Default::default()
+    }
+}
+
+/// A requester on `dev` connected to `server` (the FPGA's role).
+fn requester(dev: &str, gid_idx: u8, server: &Server, max_frame: usize) -> VerbsRequester {
+    let d = VerbsDevice::open(dev, 1, gid_idx).unwrap();
+    let mut r = VerbsRequester::create(Arc::new(d), 16, max_frame).unwrap();
+    server.set_fpga_gid(r.gid().unwrap()).unwrap();
+    let hp = server.host_params();
+    r.connect(hp.qpn, hp.gid, hp.sq_psn, Mtu::Mtu4096).unwrap();
+    r
+}
+
+fn connect(server: &Server, fpga_qpn: u32) {
+    let hp = server.host_params();
+    server
+        .complete_connection(&ConnectParams::new(fpga_qpn, hp.sq_psn, 5, 1).unwrap())
+        .unwrap();
+}
+
+fn wait_for(n: &AtomicU64, want: u64) {
+    let t0 = Instant::now();
+    while n.load(Ordering::SeqCst) < want && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn rogue_equivalent_device_tests() {
+    let _ = VM;
+    let idx = env_u8("RXE0_GID_IDX");
+    // Open succeeds; names the device.
+    let dev = device("rxe0", idx);
+    assert_eq!(dev.name(), "rxe0");
+    // A missing device is reported as rogue does.
+    let e = Device::open(&DeviceConfig::new("mlx5_99")).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::DeviceNotFound);
+    assert!(
+        e.message().contains("RDMA device 'mlx5_99' not found"),
+        "{e}"
+    );
+    // GID index 255: open succeeds (rogue's Core does not check it) ...
+    let bad = device("rxe0", 255);
+    // ... and server creation fails with a clear error naming index and device.
+    let e = Server::create(&bad, &server_cfg(8, 4096)).err().unwrap();
+    assert!(
+        e.message().contains("255") && e.message().contains("rxe0"),
+        "{e}"
+    );
+    // An unused in-range slot gives the all-zero GID, which is rejected.
+    let e = Server::create(&device("rxe0", 100), &server_cfg(8, 4096))
+        .err()
+        .unwrap();
+    assert!(e.message().contains("all-zero"), "{e}");
+    // A good index: non-zero QPN, MR address, the IPv4-mapped GID.
+    let s = Server::create(&dev, &server_cfg(8, 4096)).unwrap();
+    let hp = s.host_params();
+    assert!(hp.qpn > 1 && hp.mr_addr != 0 && hp.mr_len == 8 * 4096);
+    assert_eq!(
+        hp.gid.to_string(),
+        "0000:0000:0000:0000:0000:ffff:0a4d:0001"
+    );
+    assert_eq!(hp.gid.ipv4(), Some(Ipv4Addr::new(10, 77, 0, 1)));
+    // Queue deeper than the device allows: a clear error.
+    let e = Server::create(&dev, &server_cfg(65536, 64)).err().unwrap();
+    assert!(e.message().contains("max_qp_wr"), "{e}");
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn end_to_end_verbs_every_frame_once_in_order() {
+    let server = Server::create(
+        &device("rxe0", env_u8("RXE0_GID_IDX")),
+        &server_cfg(64, 9000),
+    )
+    .unwrap();
+    let mut req = requester("rxe1", env_u8("RXE1_GID_IDX"), &server, 9000);
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (n2, e2) = (next.clone(), errors.clone());
+    server
+        .set_frame_callback(move |f: Frame| {
+            let want = n2.fetch_add(1, Ordering::SeqCst);
+            match pattern::check(f.data()) {
+                Ok(seq)
+                    if seq == want
+                        && f.channel() as u64 == seq % 4
+                        && f.ring_position() as u64 == seq => {}
+                other => e2
+                    .lock()
+                    .unwrap()
+                    .push(format!("frame {want}: {other:?} ch {}", f.channel())),
+            }
+        })
+        .unwrap();
+    connect(&server, req.qpn());
+    let n = 3000;
+    // Single-packet and multi-packet (9000 > pmtu 4096) frames.
+    let st = req
+        .stream(n / 2, 4096, &[0, 1, 2, 3], Duration::from_secs(300))
+        .unwrap();
+    let st2 = req
+        .stream(n / 2, 9000, &[0, 1, 2, 3], Duration::from_secs(300))
+        .unwrap();
+    wait_for(&next, n);
+    assert!(
+        errors.lock().unwrap().is_empty(),
+        "{:?}",
+        &errors.lock().unwrap()[..1]
+    );
+    assert_eq!(next.load(Ordering::SeqCst), n);
+    let s = server.stats();
+    assert_eq!(s.frames, n);
+    assert_eq!(s.bytes, n / 2 * 4096 + n / 2 * 9000);
+    assert_eq!(s.completion_errors + s.bad_length + s.unexpected_opcode, 0);
+    println!(
+        "RXE-RATE rust verbs e2e: {:.0} frames/s (4096 B), {:.0} frames/s (9000 B) under TCG",
+        st.frames as f64 / st.seconds,
+        st2.frames as f64 / st2.seconds
+    );
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn backpressure_on_real_verbs_loses_nothing() {
+    let server = Server::create(
+        &device("rxe0", env_u8("RXE0_GID_IDX")),
+        &server_cfg(4, 4096),
+    )
+    .unwrap();
+    let mut req = requester("rxe1", env_u8("RXE1_GID_IDX"), &server, 4096);
+    let (tx, rx) = mpsc::channel::<Frame>();
+    server
+        .set_frame_callback(move |f| tx.send(f).unwrap())
+        .unwrap();
+    connect(&server, req.qpn());
+    let rnr_path = "/sys/class/infiniband/rxe0/ports/1/hw_counters/send_rnr_nak";
+    let rnr = || {
+        std::fs::read_to_string(rnr_path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let rnr_before = rnr();
+    let sender = std::thread::spawn(move || {
+        req.stream(40, 4096, &[7], Duration::from_secs(300))
+            .unwrap()
+    });
+    // Hold all 4 loans: the sender is stalled by RNR NAKs.
+    let held: Vec<Frame> = (0..4)
+        .map(|_| rx.recv_timeout(Duration::from_secs(60)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        rx.try_recv().is_err(),
+        "nothing arrives while every slot is on loan"
+    );
+    assert_eq!(server.stats().loans_outstanding, 4);
+    if let (Some(b), Some(a)) = (rnr_before, rnr()) {
+        assert!(a > b, "rxe0 sent RNR NAKs ({b} -> {a})");
+    }
+    for (i, f) in held.iter().enumerate() {
+        assert_eq!(pattern::check(f.data()), Ok(i as u64));
+    }
+    drop(held);
+    for i in 4..40u64 {
+        let f = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(pattern::check(f.data()), Ok(i));
+    }
+    assert_eq!(sender.join().unwrap().frames, 40);
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn stop_and_teardown_on_a_live_qp() {
+    let idx0 = env_u8("RXE0_GID_IDX");
+    let idx1 = env_u8("RXE1_GID_IDX");
+    // 1. Stop while frames flow: the sender sees errors, nobody crashes or hangs.
+    let server = Server::create(&device("rxe0", idx0), &server_cfg(16, 4096)).unwrap();
+    let mut req = requester("rxe1", idx1, &server, 4096);
+    let count = Arc::new(AtomicU64::new(0));
+    let c2 = count.clone();
+    server
+        .set_frame_callback(move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    connect(&server, req.qpn());
+    let sender =
+        std::thread::spawn(move || req.stream(1_000_000, 4096, &[0], Duration::from_secs(60)));
+    wait_for(&count, 50);
+    server.stop();
+    let at_stop = count.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        at_stop,
+        "no callback after stop"
+    );
+    drop(server);
+    assert!(
+        sender.join().unwrap().is_err(),
+        "the sender notices the peer is gone"
+    );
+
+    // 2. Stop while a callback blocks: returns after stop_timeout_ms.
+    let cfg = ServerConfig {
+        stop_timeout_ms: 200,
+        ..server_cfg(8, 4096)
+    };
+    let server = Server::create(&device("rxe0", idx0), &cfg).unwrap();
+    let mut req = requester("rxe1", idx1, &server, 4096);
+    let (entered_tx, entered) = mpsc::channel();
+    let (unblock, unblock_rx) = mpsc::channel::<()>();
+    server
+        .set_frame_callback(move |_| {
+            let _ = entered_tx.send(());
+            let _ = unblock_rx.recv();
+        })
+        .unwrap();
+    connect(&server, req.qpn());
+    let sender = std::thread::spawn(move || req.stream(2, 4096, &[0], Duration::from_secs(30)));
+    entered.recv_timeout(Duration::from_secs(60)).unwrap();
+    let t0 = Instant::now();
+    server.stop();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    unblock.send(()).unwrap();
+    let _ = sender.join();
+    drop(server);
+
+    // 3. Destroy with loans outstanding: the memory stays valid until released.
+    let server = Server::create(&device("rxe0", idx0), &server_cfg(8, 4096)).unwrap();
+    let mut req = requester("rxe1", idx1, &server, 4096);
+    connect(&server, req.qpn());
+    req.stream(3, 4096, &[0], Duration::from_secs(60)).unwrap();
+    let frames: Vec<Frame> = (0..3)
+        .map(|_| {
+            server
+                .poll_frame(Some(Duration::from_secs(30)))
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    drop(server);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(pattern::check(f.data()), Ok(i as u64));
+    }
+    drop(frames);
+}
+
+fn cli() -> &'static str {
+    env!("CARGO_BIN_EXE_rocev2")
+}
+
+fn field(json: &str, key: &str) -> String {
+    let at = json
+        .find(&format!("\"{key}\": "))
+        .unwrap_or_else(|| panic!("{key} in {json}"));
+    let rest = &json[at + key.len() + 4..];
+    let rest = rest.trim_start_matches('"');
+    rest.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == ':')
+        .collect()
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn interop_kernel_requester_to_soft_backend() {
+    // rxe2 (kernel RC requester) -> the soft backend in netns "peer".
+    let d = VerbsDevice::open("rxe2", 1, env_u8("RXE2_GID_IDX")).unwrap();
+    let mut req = VerbsRequester::create(Arc::new(d), 16, 4096).unwrap();
+    let n = 2000u64;
+    let mut recv = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            "peer",
+            cli(),
+            "recv",
+            "--bind",
+            "10.78.0.2",
+            "--port",
+            "4791",
+            "--peer-port",
+            "4791",
+        ])
+        .args([
+            "--fpga-ip",
+            "10.78.0.1",
+            "--fpga-qpn",
+            &req.qpn().to_string(),
+            "--frames",
+            &n.to_string(),
+        ])
+        .args([
+            "--verify",
+            "--idle-timeout",
+            "60",
+            "--depth",
+            "64",
+            "--max-payload",
+            "4096",
+            "--rnr",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(recv.stdout.take().unwrap());
+    let mut params = String::new();
+    out.read_line(&mut params).unwrap();
+    let qpn: u32 = field(&params, "qpn").parse().unwrap();
+    let psn: u32 = field(&params, "sq_psn").parse().unwrap();
+    let gid = Gid::parse(&field(&params, "gid")).unwrap();
+    assert_eq!(gid.ipv4(), Some(Ipv4Addr::new(10, 78, 0, 2)));
+    std::thread::sleep(Duration::from_millis(300)); // recv completes its connection
+    req.connect(qpn, gid, psn, Mtu::Mtu4096).unwrap();
+    // Every send completes successfully: rxe accepted our ACKs (and their ICRC).
+    let st = req
+        .stream(n, 4096, &[0, 1], Duration::from_secs(300))
+        .unwrap();
+    let mut summary = String::new();
+    out.read_to_string(&mut summary).unwrap();
+    assert!(recv.wait().unwrap().success(), "{summary}");
+    assert_eq!(field(&summary, "frames"), n.to_string(), "{summary}");
+    assert_eq!(field(&summary, "verify_errors"), "0");
+    println!(
+        "RXE-RATE kernel rxe2 -> soft backend: {:.0} frames/s (4096 B) under TCG",
+        st.frames as f64 / st.seconds
+    );
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn interop_emulator_to_kernel_verbs_server() {
+    // The rocev2 FPGA emulator in netns "peer" -> a verbs server on rxe2.
+    let server = Server::create(
+        &device("rxe2", env_u8("RXE2_GID_IDX")),
+        &server_cfg(64, 4096),
+    )
+    .unwrap();
+    server
+        .set_fpga_gid(Gid::parse("10.78.0.2").unwrap())
+        .unwrap();
+    let next = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicU64::new(0));
+    let (n2, b2) = (next.clone(), bad.clone());
+    server
+        .set_frame_callback(move |f| {
+            let want = n2.fetch_add(1, Ordering::SeqCst);
+            if pattern::check(f.data()) != Ok(want) {
+                b2.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .unwrap();
+    connect(&server, 0x4242);
+    let hp = server.host_params();
+    let n = 2000u64;
+    let t0 = Instant::now();
+    let sim = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            "peer",
+            cli(),
+            "fpga-sim",
+            "--bind",
+            "10.78.0.2:4791",
+            "--host",
+            "10.78.0.1:4791",
+        ])
+        .args([
+            "--host-qpn",
+            &hp.qpn.to_string(),
+            "--psn",
+            &hp.sq_psn.to_string(),
+            "--qpn",
+            "0x4242",
+        ])
+        .args([
+            "--frames",
+            &n.to_string(),
+            "--size",
+            "4096",
+            "--channels",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    wait_for(&next, n);
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(
+        next.load(Ordering::SeqCst),
+        n,
+        "rxe accepted every packet (ICRC, headers) and delivered every frame"
+    );
+    assert_eq!(bad.load(Ordering::SeqCst), 0);
+    let json = String::from_utf8_lossy(&sim.stdout);
+    println!(
+        "RXE-RATE emulator -> kernel verbs server: {:.0} frames/s (4096 B) under TCG; {json}",
+        n as f64 / secs
+    );
+    let _ = std::io::stdout().flush();
+}
