@@ -153,3 +153,15 @@ impl Drop for Server {
         self.core.stop();
     }
 }
+
+/// Benchmark harnesses (used by `rocev2 bench`): each figure is measured
+/// against a reference in the same run.
+pub mod bench {
+    pub use crate::soft::bench::{icrc_vs_raw_crc, soft_end_to_end, udp_ceiling, Rate};
+
+    /// Server-core cost per frame (completion -> loan -> callback -> release
+    /// -> batched re-post) with an in-memory completion source, in ns.
+    pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> crate::Result<f64> {
+        crate::server::bench::dispatch_ns_per_frame(frames, rx_queue_depth)
+    }
+}

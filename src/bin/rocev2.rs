@@ -43,6 +43,10 @@ commands:
             (the host has completed its connection), then streams pattern frames
               --device NAME --gid-index N --host-qpn N --host-gid GID --psn N
               --frames N --size BYTES --channels LIST --pmtu 1..5 --inflight N (16)
+  bench     benchmarks, each against a reference measured in the same run:
+            soft end-to-end vs the raw loopback UDP ceiling (1024/4096/8192 B),
+            server-core dispatch cost, ICRC vs raw CRC-32
+              --frames N (200000) --seconds S (2, for the UDP ceiling)
   info      backends, RDMA devices, ports and GID tables
   version   library and C ABI versions
 
@@ -491,6 +495,57 @@ fn verbs_fpga(o: &Opts) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn bench(o: &Opts) -> Result<ExitCode, String> {
+    use rocev2::bench::*;
+    use rocev2::soft::wire::{Opcode, Packet};
+    let frames: u64 = num(o, "frames", 200_000u64)?;
+    let secs = Duration::from_secs_f64(float(o, "seconds", 2.0)?);
+    let e = |e: rocev2::Error| e.to_string();
+    println!(
+        "rocev2 bench ({} CPUs; every ratio is against a reference measured in this run)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    println!(
+        "{:<44} {:>26} {:>34} {:>7} {:>7}",
+        "figure", "value", "reference", "ratio", "goal"
+    );
+    for size in [1024usize, 4096, 8192] {
+        let r = soft_end_to_end(size, frames, rocev2::Mtu::Mtu4096, 256).map_err(e)?;
+        let pkts = size.div_ceil(4096) as f64;
+        let dg = Packet::wire_len(Opcode::SendOnlyImm, size.min(4096));
+        let c = udp_ceiling(dg, secs).map_err(e)?;
+        println!(
+            "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
+            format!("soft e2e, {size} B frames, pmtu 4096"),
+            format!("{:.2} Gbit/s {:.0} f/s", r.gbit, r.per_sec),
+            format!("UDP {dg} B: {:.2} Gbit/s {:.0} dg/s", c.gbit, c.per_sec),
+            r.per_sec * pkts / c.per_sec,
+            ">=0.8"
+        );
+    }
+    let ns = dispatch_ns_per_frame(frames.max(1_000_000), 256).map_err(e)?;
+    println!(
+        "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
+        "server-core dispatch (in-memory completions)",
+        format!("{ns:.1} ns/frame"),
+        "goal 50 ns/frame",
+        ns / 50.0,
+        "<=1.0"
+    );
+    let (icrc, raw) = icrc_vs_raw_crc(4096, 200_000);
+    println!(
+        "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
+        "ICRC over 4 KiB SEND packets",
+        format!("{icrc:.2} GB/s"),
+        format!("crc32fast raw: {raw:.2} GB/s"),
+        icrc / raw,
+        ">=0.9"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn info() -> ExitCode {
     println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
     println!("backend soft: built in (userspace RoCEv2 over UDP; device name \"soft\")");
@@ -552,6 +607,7 @@ fn main() -> ExitCode {
         "fpga-sim" => fpga_sim(&opts),
         #[cfg(feature = "verbs")]
         "verbs-fpga" => verbs_fpga(&opts),
+        "bench" => bench(&opts),
         "info" => Ok(info()),
         "version" | "--version" => {
             println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);

@@ -7,6 +7,7 @@
 //! only; consumers talk to the thread through the lock-free release ring and
 //! an eventfd.
 
+pub(crate) mod bench;
 mod ring;
 mod stats;
 #[cfg(test)]

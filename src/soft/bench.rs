@@ -78,3 +78,93 @@ mod tests {
         assert!(r.per_sec > 0.0 && r.gbit > 0.0);
     }
 }
+
+/// Frames through the whole soft path in this process: the FPGA emulator ->
+/// loopback UDP -> responder -> slab -> loan -> counting callback -> release
+/// -> re-post, with ICRC on every packet sent and every ACK. Frames of
+/// `size` bytes, `frames` of them; returns the consumer's frame rate.
+pub fn soft_end_to_end(size: usize, frames: u64, pmtu: crate::Mtu, depth: u32) -> Result<Rate> {
+    use crate::soft::emulator::{EmulatorConfig, FpgaEmulator};
+    use crate::{ConnectParams, Device, DeviceConfig, Server, ServerConfig};
+    use std::sync::atomic::AtomicU64;
+    let mut dc = DeviceConfig::new("soft");
+    dc.udp_port = 0;
+    dc.peer_udp_port = 0;
+    let server = Server::create(
+        &Device::open(&dc)?,
+        &ServerConfig {
+            max_payload: size as u32,
+            rx_queue_depth: depth,
+            ..Default::default()
+        },
+    )?;
+    let hp = server.host_params();
+    let mut ecfg = EmulatorConfig::new(
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
+        hp.qpn,
+        hp.sq_psn,
+    );
+    ecfg.pmtu = pmtu;
+    let mut emu = FpgaEmulator::new(ecfg)?;
+    server.set_fpga_gid(emu.gid())?;
+    let count = Arc::new(AtomicU64::new(0));
+    let c2 = count.clone();
+    server.set_frame_callback(move |f| {
+        c2.fetch_add(1, Ordering::Relaxed);
+        drop(f);
+    })?;
+    server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, pmtu.code(), 1)?)?;
+    let template = crate::soft::pattern::make(0, size);
+    let t0 = Instant::now();
+    emu.stream_with(
+        frames,
+        |_| template.clone(),
+        &[0],
+        depth as usize * 2,
+        Duration::from_secs(600),
+        |_| {},
+    )?;
+    while count.load(Ordering::Relaxed) < frames && t0.elapsed() < Duration::from_secs(600) {
+        std::thread::yield_now();
+    }
+    let elapsed = t0.elapsed();
+    let n = count.load(Ordering::Relaxed);
+    Ok(Rate::of(n, n * size as u64, elapsed))
+}
+
+/// GB/s of the ICRC (pseudo-header + payload) over `len`-byte SEND packets
+/// and of crc32fast's raw CRC-32 over the same bytes, `iters` times each.
+pub fn icrc_vs_raw_crc(len: usize, iters: u32) -> (f64, f64) {
+    use crate::soft::wire::{emit, icrc::Ipv4Udp, Bth, Opcode, Packet};
+    let payload = crate::soft::pattern::make(1, len);
+    let mut pkt = vec![0u8; Packet::wire_len(Opcode::SendOnlyImm, len)];
+    emit(
+        &Bth::new(Opcode::SendOnlyImm, 1, 1),
+        Some(5),
+        None,
+        &payload,
+        &mut pkt,
+    );
+    let ctx = Ipv4Udp {
+        src: Ipv4Addr::LOCALHOST,
+        dst: Ipv4Addr::LOCALHOST,
+        ip_id: 0,
+        dont_fragment: true,
+        src_port: 1,
+        dst_port: 4791,
+    };
+    let t0 = Instant::now();
+    let mut acc = 0u32;
+    for _ in 0..iters {
+        acc ^= ctx.compute(std::hint::black_box(&pkt));
+    }
+    let icrc = pkt.len() as f64 * iters as f64 / t0.elapsed().as_secs_f64() / 1e9;
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        acc ^= crc32fast::hash(std::hint::black_box(&pkt));
+    }
+    let raw = pkt.len() as f64 * iters as f64 / t0.elapsed().as_secs_f64() / 1e9;
+    std::hint::black_box(acc);
+    (icrc, raw)
+}

@@ -383,6 +383,26 @@ impl FpgaEmulator {
         channels: &[u8],
         queue: usize,
         timeout: Duration,
+        progress: impl FnMut(u64),
+    ) -> Result<()> {
+        self.stream_with(
+            frames,
+            |seq| super::pattern::make(seq, size),
+            channels,
+            queue,
+            timeout,
+            progress,
+        )
+    }
+
+    /// Like [`FpgaEmulator::stream`] with frame payloads from `payload(seq)`.
+    pub fn stream_with(
+        &mut self,
+        frames: u64,
+        mut payload: impl FnMut(u64) -> Vec<u8>,
+        channels: &[u8],
+        queue: usize,
+        timeout: Duration,
         mut progress: impl FnMut(u64),
     ) -> Result<()> {
         let end = Instant::now() + timeout;
@@ -397,10 +417,7 @@ impl FpgaEmulator {
         while next < frames || !self.req.is_idle() {
             while next < frames && self.req.outstanding() < queue.max(1) {
                 let seq = first + next;
-                self.submit(
-                    super::pattern::make(seq, size),
-                    chans[(next % chans.len() as u64) as usize],
-                );
+                self.submit(payload(seq), chans[(next % chans.len() as u64) as usize]);
                 next += 1;
             }
             self.pump(Duration::from_millis(10))?;
