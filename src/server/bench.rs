@@ -75,6 +75,7 @@ pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> Result<f64> {
             imm: 0,
         }) as _)
     })?;
+    core.set_fpga_gid(Gid::from_ipv4(std::net::Ipv4Addr::LOCALHOST))?;
     let count = Arc::new(AtomicU64::new(0));
     let c2 = count.clone();
     core.set_frame_callback(move |f| {
