@@ -255,7 +255,7 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
         frames,
         size,
         &chans,
-        depth as usize * 2,
+        64, // a short queue, like the FPGA's ring
         Duration::from_secs(3600),
         |done| {
             if tty {
@@ -445,7 +445,7 @@ fn fpga_sim(o: &Opts) -> Result<ExitCode, String> {
         emu.qpn()
     );
     let t0 = Instant::now();
-    emu.stream(frames, size, &chans, 256, Duration::from_secs(3600), |_| {})
+    emu.stream(frames, size, &chans, 64, Duration::from_secs(3600), |_| {})
         .map_err(|e| e.to_string())?;
     let r = Rate::of(frames, frames * size as u64, t0.elapsed());
     let s = emu.stats();

@@ -1,0 +1,299 @@
+//! The C API misuse matrix, driven from Rust through the exported `extern "C"`
+//! functions exactly as a C caller would: wrong-state calls, double stop,
+//! unknown and double releases, stop from inside the callback, destroy from
+//! another thread while frames flow, a panicking Rust callback, and 1000
+//! create/stop/destroy cycles with no growth in file descriptors or memory.
+
+use std::ffi::{c_void, CString};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rocev2::ffi::*;
+use rocev2::soft::emulator::{EmulatorConfig, FpgaEmulator};
+use rocev2::soft::pattern;
+
+/// fd and RSS accounting needs the process to itself: the tests take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Soft {
+    dev: *mut rocev2_device,
+    srv: *mut rocev2_server,
+    hp: rocev2_host_params,
+}
+
+fn soft(depth: u32) -> Soft {
+    unsafe {
+        let mut dc: rocev2_device_config = std::mem::zeroed();
+        assert_eq!(rocev2_device_config_init(&mut dc), rocev2_status::ROCEV2_OK);
+        let name = CString::new("soft").unwrap();
+        dc.name = name.as_ptr();
+        dc.udp_port = 0;
+        dc.peer_udp_port = 0;
+        let mut dev = ptr::null_mut();
+        assert_eq!(rocev2_device_open(&dc, &mut dev), rocev2_status::ROCEV2_OK);
+        let mut sc: rocev2_server_config = std::mem::zeroed();
+        rocev2_server_config_init(&mut sc);
+        sc.max_payload = 1024;
+        sc.rx_queue_depth = depth;
+        sc.stop_timeout_ms = 300;
+        let mut srv = ptr::null_mut();
+        assert_eq!(
+            rocev2_server_create(dev, &sc, &mut srv),
+            rocev2_status::ROCEV2_OK
+        );
+        let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1u8];
+        assert_eq!(
+            rocev2_server_set_fpga_gid(srv, gid.as_ptr()),
+            rocev2_status::ROCEV2_OK
+        );
+        let mut hp: rocev2_host_params = std::mem::zeroed();
+        assert_eq!(
+            rocev2_server_get_host_params(srv, &mut hp),
+            rocev2_status::ROCEV2_OK
+        );
+        Soft { dev, srv, hp }
+    }
+}
+
+fn emulator(s: &Soft) -> FpgaEmulator {
+    let mut c = EmulatorConfig::new(
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, s.hp.udp_port),
+        s.hp.qpn,
+        s.hp.sq_psn,
+    );
+    c.qpn = 0x4242;
+    c.timeout_code = 10;
+    c.retry_cnt = 3;
+    FpgaEmulator::new(c).unwrap()
+}
+
+fn connect(s: &Soft) -> rocev2_status {
+    unsafe { rocev2_server_complete_connection(s.srv, 0x4242, s.hp.sq_psn, 5, 1) }
+}
+
+fn last_error() -> String {
+    let mut buf = [0 as std::ffi::c_char; 512];
+    unsafe { rocev2_last_error(buf.as_mut_ptr(), buf.len()) };
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn release_dev(s: Soft) {
+    unsafe {
+        rocev2_server_destroy(s.srv);
+        rocev2_device_close(s.dev);
+    }
+}
+
+#[test]
+fn wrong_state_calls_and_double_stop() {
+    let _serial = serial();
+    use rocev2_status::*;
+    let s = soft(4);
+    let mut fr: rocev2_frame = unsafe { std::mem::zeroed() };
+    unsafe {
+        // Before the connection: no frame, no thread.
+        assert_eq!(
+            rocev2_server_poll_frame(s.srv, 0, &mut fr),
+            ROCEV2_ERR_TIMEOUT
+        );
+        assert_eq!(rocev2_server_is_running(s.srv), 0);
+        assert_eq!(connect(&s), ROCEV2_OK);
+        assert_eq!(connect(&s), ROCEV2_ERR_STATE);
+        assert!(last_error().contains("completeConnection already invoked"));
+        let gid = [0u8; 16];
+        assert_eq!(
+            rocev2_server_set_fpga_gid(s.srv, gid.as_ptr()),
+            ROCEV2_ERR_STATE
+        );
+        assert_eq!(rocev2_server_stop(s.srv), ROCEV2_OK);
+        assert_eq!(rocev2_server_stop(s.srv), ROCEV2_OK, "double stop");
+        assert_eq!(connect(&s), ROCEV2_ERR_STOPPED);
+        assert_eq!(
+            rocev2_server_poll_frame(s.srv, 0, &mut fr),
+            ROCEV2_ERR_STOPPED
+        );
+        assert_eq!(
+            rocev2_server_release(s.srv, 0x1_0000_0000),
+            ROCEV2_ERR_UNKNOWN_TOKEN
+        );
+        let mut st: rocev2_stats = std::mem::zeroed();
+        st.struct_size = std::mem::size_of::<rocev2_stats>() as u32;
+        assert_eq!(rocev2_server_get_stats(s.srv, &mut st), ROCEV2_OK);
+        assert_eq!(st.invalid_releases, 1);
+        st.struct_size = 4;
+        assert_eq!(
+            rocev2_server_get_stats(s.srv, &mut st),
+            ROCEV2_ERR_INVALID_ARGUMENT
+        );
+    }
+    release_dev(s);
+}
+
+unsafe extern "C" fn stop_inside(user: *mut c_void, f: *const rocev2_frame) {
+    let srv = user as *mut rocev2_server;
+    unsafe {
+        assert_eq!(
+            rocev2_server_release(srv, (*f).token),
+            rocev2_status::ROCEV2_OK
+        );
+        assert_eq!(
+            rocev2_server_release(srv, (*f).token),
+            rocev2_status::ROCEV2_ERR_UNKNOWN_TOKEN
+        );
+        CALLS.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(rocev2_server_stop(srv), rocev2_status::ROCEV2_OK);
+    }
+}
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+#[test]
+fn stop_from_inside_the_callback_and_release_twice() {
+    let _serial = serial();
+    let s = soft(8);
+    unsafe {
+        assert_eq!(
+            rocev2_server_set_frame_callback(s.srv, Some(stop_inside), s.srv as *mut c_void),
+            rocev2_status::ROCEV2_OK
+        );
+    }
+    assert_eq!(connect(&s), rocev2_status::ROCEV2_OK);
+    let mut emu = emulator(&s);
+    for i in 0..5 {
+        emu.submit(pattern::make(i, 64), 0);
+    }
+    let _ = emu.run_until_idle(Duration::from_secs(2)); // may give up once the server stops
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(CALLS.load(Ordering::SeqCst), 1, "no callback after stop");
+    assert_eq!(unsafe { rocev2_server_is_running(s.srv) }, 0);
+    release_dev(s);
+}
+
+unsafe extern "C" fn count_and_release(user: *mut c_void, f: *const rocev2_frame) {
+    let srv = user as *mut rocev2_server;
+    unsafe { rocev2_server_release(srv, (*f).token) };
+    FLOWING.fetch_add(1, Ordering::SeqCst);
+}
+static FLOWING: AtomicU64 = AtomicU64::new(0);
+
+#[test]
+fn destroy_from_another_thread_while_frames_flow() {
+    let _serial = serial();
+    let s = soft(32);
+    unsafe {
+        rocev2_server_set_frame_callback(s.srv, Some(count_and_release), s.srv as *mut c_void)
+    };
+    assert_eq!(connect(&s), rocev2_status::ROCEV2_OK);
+    let mut emu = emulator(&s);
+    let srv = s.srv as usize;
+    let destroyer = std::thread::spawn(move || {
+        while FLOWING.load(Ordering::SeqCst) < 200 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        unsafe { rocev2_server_destroy(srv as *mut rocev2_server) };
+    });
+    // The sender streams until the server goes away, then gives up cleanly.
+    let r = emu.stream(1_000_000, 64, &[0], 64, Duration::from_secs(30), |_| {});
+    assert!(r.is_err(), "the emulator notices that the server is gone");
+    destroyer.join().unwrap();
+    unsafe { rocev2_device_close(s.dev) };
+    assert!(FLOWING.load(Ordering::SeqCst) >= 200);
+}
+
+#[test]
+fn a_panicking_rust_callback_is_counted_and_the_thread_survives() {
+    let _serial = serial();
+    let mut d = rocev2::DeviceConfig::new("soft");
+    d.udp_port = 0;
+    d.peer_udp_port = 0;
+    let server = rocev2::Server::create(
+        &rocev2::Device::open(&d).unwrap(),
+        &rocev2::ServerConfig {
+            max_payload: 1024,
+            rx_queue_depth: 8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let hp = server.host_params();
+    let mut c = EmulatorConfig::new(
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
+        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
+        hp.qpn,
+        hp.sq_psn,
+    );
+    c.qpn = 0x77;
+    let mut emu = FpgaEmulator::new(c).unwrap();
+    server.set_fpga_gid(emu.gid()).unwrap();
+    let ok = std::sync::Arc::new(AtomicU64::new(0));
+    let ok2 = ok.clone();
+    server
+        .set_frame_callback(move |f| {
+            if pattern::check(f.data()).unwrap() % 10 == 3 {
+                panic!("consumer bug (expected by the test)");
+            }
+            ok2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    server
+        .complete_connection(&rocev2::ConnectParams::new(0x77, hp.sq_psn, 5, 1).unwrap())
+        .unwrap();
+    emu.stream(100, 64, &[0], 16, Duration::from_secs(30), |_| {})
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while ok.load(Ordering::SeqCst) < 90 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(ok.load(Ordering::SeqCst), 90);
+    let st = server.stats();
+    assert_eq!(st.callback_panics, 10);
+    assert_eq!(
+        st.loans_outstanding, 0,
+        "the panicking callback's frame was released"
+    );
+    assert!(server.is_running());
+}
+
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    s.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4
+}
+
+#[test]
+fn a_thousand_create_stop_destroy_cycles_leak_nothing() {
+    let _serial = serial();
+    let cycle = |i: u32| {
+        let s = soft(16);
+        if i % 2 == 0 {
+            assert_eq!(connect(&s), rocev2_status::ROCEV2_OK);
+            unsafe { assert_eq!(rocev2_server_stop(s.srv), rocev2_status::ROCEV2_OK) };
+        }
+        release_dev(s);
+    };
+    for i in 0..50 {
+        cycle(i); // warm-up: thread stacks, allocator arenas, logger
+    }
+    let (fd0, rss0) = (fds(), rss_kib());
+    for i in 0..1000 {
+        cycle(i);
+    }
+    let (fd1, rss1) = (fds(), rss_kib());
+    assert_eq!(fd1, fd0, "file descriptors leaked over 1000 cycles");
+    assert!(
+        rss1 < rss0 + 8 * 1024,
+        "RSS grew from {rss0} KiB to {rss1} KiB over 1000 cycles"
+    );
+    println!("1000 cycles: fds {fd0} -> {fd1}, RSS {rss0} -> {rss1} KiB");
+}
