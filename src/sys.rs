@@ -82,6 +82,7 @@ impl Slab {
         self.mem.as_ptr() as u64
     }
     /// Raw base pointer, for registering the region with the NIC.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub fn base_ptr(&self) -> *mut u8 {
         self.mem.as_ptr()
     }
