@@ -70,15 +70,6 @@ pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
     Ok(Rate::of(n, n * size as u64, elapsed))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn ceiling_moves_datagrams() {
-        let r = super::udp_ceiling(1024, std::time::Duration::from_millis(100)).unwrap();
-        assert!(r.per_sec > 0.0 && r.gbit > 0.0);
-    }
-}
-
 /// Frames through the whole soft path in this process: the FPGA emulator ->
 /// loopback UDP -> responder -> slab -> loan -> counting callback -> release
 /// -> re-post, with ICRC on every packet sent and every ACK. Frames of
@@ -167,4 +158,13 @@ pub fn icrc_vs_raw_crc(len: usize, iters: u32) -> (f64, f64) {
     let raw = pkt.len() as f64 * iters as f64 / t0.elapsed().as_secs_f64() / 1e9;
     std::hint::black_box(acc);
     (icrc, raw)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ceiling_moves_datagrams() {
+        let r = super::udp_ceiling(1024, std::time::Duration::from_millis(100)).unwrap();
+        assert!(r.per_sec > 0.0 && r.gbit > 0.0);
+    }
 }

@@ -1,0 +1,109 @@
+/*
+ * rocev2 adapter for rogue: rogue::protocols::rocev2::Core over librocev2.
+ *
+ * Written for the rocev2 project. Compiles against rogue's unchanged header
+ * include/rogue/protocols/rocev2/Core.h and replaces rogue's Core.cpp when
+ * rogue is built with -DROGUE_ROCEV2_RS=ON (see README.md beside this file).
+ *
+ * The header's ibverbs members are not used by this adapter: `ctx_` carries
+ * the librocev2 device handle (rocev2_device*), `pd_` stays NULL.
+ *
+ * Soft backend: the device name "soft" opens rocev2's userspace RoCEv2
+ * backend (no RDMA NIC needed). Its bind address and ports come from the
+ * environment: ROCEV2_SOFT_BIND (127.0.0.1), ROCEV2_SOFT_PORT (4791),
+ * ROCEV2_SOFT_PEER_PORT (4791, the FPGA's UDP port).
+ */
+#include "rogue/Directives.h"
+
+#include "rogue/protocols/rocev2/Core.h"
+
+#include <rocev2.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "rogue/GeneralError.h"
+#include "rogue/Logging.h"
+
+#ifndef NO_PYTHON
+    #include <boost/python.hpp>
+namespace bp = boost::python;
+#endif
+
+namespace rpr = rogue::protocols::rocev2;
+
+namespace rogue {
+namespace protocols {
+namespace rocev2 {
+namespace adapter {
+
+std::string lastError() {
+    std::string s(rocev2_last_error(nullptr, 0) + 1, '\0');
+    rocev2_last_error(&s[0], s.size());
+    s.resize(s.size() - 1);
+    return s;
+}
+
+// Library log records go to rogue's logger "rocev2.Server" (installed once).
+static void forwardLog(void*, rocev2_log_level level, const char*, const char* message) {
+    static std::shared_ptr<rogue::Logging> log = rogue::Logging::create("rocev2.Server");
+    switch (level) {
+        case ROCEV2_LOG_ERROR: log->error("%s", message); break;
+        case ROCEV2_LOG_WARN: log->warning("%s", message); break;
+        case ROCEV2_LOG_INFO: log->info("%s", message); break;
+        default: log->debug("%s", message); break;
+    }
+}
+
+void installLogForwarding() {
+    static std::once_flag once;
+    std::call_once(once, [] { rocev2_set_log_callback(forwardLog, nullptr, ROCEV2_LOG_DEBUG); });
+}
+
+}  // namespace adapter
+}  // namespace rocev2
+}  // namespace protocols
+}  // namespace rogue
+
+rpr::Core::Core(const std::string& deviceName, uint8_t ibPort, uint8_t gidIndex, uint32_t maxPayload)
+    : ctx_(nullptr),
+      pd_(nullptr),
+      deviceName_(deviceName),
+      ibPort_(ibPort),
+      gidIndex_(gidIndex),
+      maxPayload_(maxPayload) {
+    log_ = rogue::Logging::create("rocev2.Core");
+    adapter::installLogForwarding();
+
+    rocev2_device_config cfg;
+    rocev2_device_config_init(&cfg);
+    cfg.name      = deviceName_.c_str();
+    cfg.ib_port   = ibPort_;
+    cfg.gid_index = gidIndex_;
+    const char* bind = std::getenv("ROCEV2_SOFT_BIND");
+    if (bind) cfg.bind_addr = bind;
+    if (const char* p = std::getenv("ROCEV2_SOFT_PORT")) cfg.udp_port = static_cast<uint16_t>(std::atoi(p));
+    if (const char* p = std::getenv("ROCEV2_SOFT_PEER_PORT")) cfg.peer_udp_port = static_cast<uint16_t>(std::atoi(p));
+
+    rocev2_device* dev = nullptr;
+    if (rocev2_device_open(&cfg, &dev) != ROCEV2_OK)
+        throw(rogue::GeneralError::create("rocev2::Core::Core", "%s", adapter::lastError().c_str()));
+    ctx_ = reinterpret_cast<struct ibv_context*>(dev);
+
+    log_->info("Opened RoCEv2 device '%s', port %u, GID index %u (librocev2 %s)",
+               deviceName_.c_str(), ibPort_, gidIndex_, rocev2_version());
+}
+
+rpr::Core::~Core() {
+    rocev2_device_close(reinterpret_cast<rocev2_device*>(ctx_));
+}
+
+void rpr::Core::setup_python() {
+#ifndef NO_PYTHON
+    bp::class_<rpr::Core, rpr::CorePtr, boost::noncopyable>("Core", bp::no_init)
+        .def("maxPayload", &rpr::Core::maxPayload);
+    bp::scope().attr("DefaultMaxPayload")   = rpr::DefaultMaxPayload;
+    bp::scope().attr("DefaultRxQueueDepth") = rpr::DefaultRxQueueDepth;
+#endif
+}
