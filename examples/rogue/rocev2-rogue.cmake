@@ -6,9 +6,8 @@
 #      find_package(rocev2 1 REQUIRED)
 #      rocev2_rogue_adapter(rogue-core)
 #   else() ... upstream Core.cpp / Server.cpp ... endif()
-set(ROCEV2_ROGUE_ADAPTER_SOURCES
-    "${CMAKE_CURRENT_LIST_DIR}/../../../share/rocev2/rogue/Core.cpp"
-    "${CMAKE_CURRENT_LIST_DIR}/../../../share/rocev2/rogue/Server.cpp")
+set(_rocev2_share "${CMAKE_CURRENT_LIST_DIR}/@ROCEV2_CMAKEDIR_TO_PREFIX@@CMAKE_INSTALL_DATADIR@/rocev2/rogue")
+set(ROCEV2_ROGUE_ADAPTER_SOURCES "${_rocev2_share}/Core.cpp" "${_rocev2_share}/Server.cpp")
 foreach(_f IN LISTS ROCEV2_ROGUE_ADAPTER_SOURCES)
   get_filename_component(_abs "${_f}" ABSOLUTE)
   list(APPEND _rocev2_rogue_abs "${_abs}")
@@ -19,12 +18,18 @@ unset(_rocev2_rogue_abs)
 function(rocev2_rogue_adapter target)
   target_sources(${target} PRIVATE ${ROCEV2_ROGUE_ADAPTER_SOURCES})
   target_include_directories(${target} PRIVATE "${ROCEV2_INCLUDE_DIR}")
-  get_target_property(_type ${target} TYPE)
-  if(_type STREQUAL "OBJECT_LIBRARY")
-    # rogue-core is an object library: its users (the shared/static rogue
-    # libraries) need the link; CMake propagates it from the object library.
-    target_link_libraries(${target} PUBLIC rocev2::rocev2)
-  else()
-    target_link_libraries(${target} PUBLIC rocev2::rocev2)
-  endif()
+  # Visible from rogue's top directory, where its libraries are defined.
+  set_property(TARGET rocev2::rocev2 PROPERTY IMPORTED_GLOBAL TRUE)
+  target_link_libraries(${target} PUBLIC rocev2::rocev2)
+  # rogue builds its shared and static libraries from the rogue-core objects:
+  # link them too, once the top directory has defined them.
+  cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _rocev2_link_rogue_libraries)
+endfunction()
+
+function(_rocev2_link_rogue_libraries)
+  foreach(t rogue-core-shared rogue-core-static)
+    if(TARGET ${t})
+      target_link_libraries(${t} PUBLIC rocev2::rocev2)
+    endif()
+  endforeach()
 endfunction()

@@ -7,8 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-$PWD/build}
-bin=$(cargo test -q --test rxe --no-run --message-format=json 2>/dev/null \
-      | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+bin=$(cargo test -q --test rxe --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "rxe" and m.get("executable"):
+        print(m["executable"])')
 [ -x "$bin" ] || { echo "rxe test binary not built" >&2; exit 1; }
 export ROCEV2_RXE_TEST_BIN=$bin
 export ROCEV2_BUILD_DIR=$BUILD
