@@ -271,6 +271,12 @@ typedef struct {
    * CPU to pin the receive thread to, or -1 (default) for none.
    */
   int32_t cpu_affinity;
+  /**
+   * verbs: 1 = also register the slab with remote-write access so the MR
+   * has a valid rkey (what rogue reports); the QP still grants no remote
+   * access. Default 0 (least privilege).
+   */
+  uint32_t mr_remote_write;
 } rocev2_server_config;
 
 /**

@@ -185,6 +185,11 @@ pub struct ServerConfig {
     pub stop_timeout_ms: u32,
     /// Pin the receive thread to this CPU (default: not pinned).
     pub cpu_affinity: Option<u32>,
+    /// verbs: also register the slab with IBV_ACCESS_REMOTE_WRITE, so the MR
+    /// has a valid rkey (rogue reports it; rdma_rxe gives rkey 0 otherwise).
+    /// The QP still grants no remote access (qp_access_flags = 0), so no peer
+    /// can RDMA-write into the slab either way. Default false.
+    pub mr_remote_write: bool,
 }
 
 impl Default for ServerConfig {
@@ -195,6 +200,7 @@ impl Default for ServerConfig {
             spin_us: 50,
             stop_timeout_ms: 5000,
             cpu_affinity: None,
+            mr_remote_write: false,
         }
     }
 }

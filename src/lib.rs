@@ -127,8 +127,9 @@ impl Server {
             DeviceInner::Verbs(d) => {
                 let name = d.name().to_string();
                 let d = Arc::clone(d);
+                let remote_write = cfg.mr_remote_write;
                 ServerCore::create(&name, cfg, move |slab, _counters| {
-                    Ok(Box::new(verbs::VerbsBackend::create(d, slab)?) as _)
+                    Ok(Box::new(verbs::VerbsBackend::create(d, slab, remote_write)?) as _)
                 })
             }
             DeviceInner::Soft(d) => {

@@ -103,6 +103,9 @@ rpr::Server::Server(const std::string& deviceName,
     rocev2_server_config_init(&cfg);
     cfg.max_payload    = maxPayload;
     cfg.rx_queue_depth = rxQueueDepth;
+    // rogue reports the MR rkey (and its tests expect a non-zero one); the QP
+    // still grants no remote access, so no peer can write into the slab.
+    cfg.mr_remote_write = 1;
     auto st = std::make_unique<adapter::State>();
     if (rocev2_server_create(reinterpret_cast<rocev2_device*>(ctx_), &cfg, &st->srv) != ROCEV2_OK)
         fail("rocev2::Server::Server");

@@ -72,7 +72,8 @@ class _DeviceConfig(ctypes.Structure):
 class _ServerConfig(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("max_payload", ctypes.c_uint32),
                 ("rx_queue_depth", ctypes.c_uint32), ("spin_us", ctypes.c_uint32),
-                ("stop_timeout_ms", ctypes.c_uint32), ("cpu_affinity", ctypes.c_int32)]
+                ("stop_timeout_ms", ctypes.c_uint32), ("cpu_affinity", ctypes.c_int32),
+                ("mr_remote_write", ctypes.c_uint32)]
 
 
 class _HostParams(ctypes.Structure):
@@ -371,6 +372,7 @@ class ServerCfg:
     spinUs: int = 50
     stopTimeoutMs: int = 5000
     cpuAffinity: int = -1
+    mrRemoteWrite: bool = False
 
     def __post_init__(self) -> None:
         socket.inet_aton(self.ip)
@@ -514,6 +516,7 @@ class Server:
             sc.spin_us = cfg.spinUs
             sc.stop_timeout_ms = cfg.stopTimeoutMs
             sc.cpu_affinity = cfg.cpuAffinity
+            sc.mr_remote_write = int(cfg.mrRemoteWrite)
             _check(library.rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
             self.setFpgaGid(ip_to_gid_bytes(cfg.ip))
         except BaseException:

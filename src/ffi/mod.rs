@@ -166,6 +166,10 @@ pub struct rocev2_server_config {
     pub stop_timeout_ms: u32,
     /// CPU to pin the receive thread to, or -1 (default) for none.
     pub cpu_affinity: i32,
+    /// verbs: 1 = also register the slab with remote-write access so the MR
+    /// has a valid rkey (what rogue reports); the QP still grants no remote
+    /// access. Default 0 (least privilege).
+    pub mr_remote_write: u32,
 }
 
 /// What the FPGA is programmed with (rogue's getters).
@@ -534,6 +538,7 @@ pub unsafe extern "C" fn rocev2_server_config_init(
             spin_us: d.spin_us,
             stop_timeout_ms: d.stop_timeout_ms,
             cpu_affinity: -1,
+            mr_remote_write: 0,
         };
         Ok(())
     })
@@ -568,6 +573,7 @@ pub unsafe extern "C" fn rocev2_server_create(
             sc.rx_queue_depth = c.rx_queue_depth;
             sc.spin_us = c.spin_us;
             sc.stop_timeout_ms = c.stop_timeout_ms;
+            sc.mr_remote_write = c.mr_remote_write != 0;
             sc.cpu_affinity = match c.cpu_affinity {
                 -1 => None,
                 n if n >= 0 => Some(n as u32),

@@ -333,7 +333,11 @@ unsafe impl Send for VerbsBackend {}
 impl VerbsBackend {
     /// MR, completion channel, CQ, RC QP -> INIT and the GID check, all on `dev`.
     /// Everything created so far is released on failure (Drop handles nulls).
-    pub(crate) fn create(dev: Arc<VerbsDevice>, slab: &Arc<Slab>) -> Result<VerbsBackend> {
+    pub(crate) fn create(
+        dev: Arc<VerbsDevice>,
+        slab: &Arc<Slab>,
+        mr_remote_write: bool,
+    ) -> Result<VerbsBackend> {
         let depth = slab.slots();
         let attr = dev.device_attr()?;
         if depth > attr.max_qp_wr.max(0) as u32 || depth > attr.max_cqe.max(0) as u32 {
@@ -362,6 +366,10 @@ impl VerbsBackend {
             wrs: Vec::with_capacity(depth as usize),
         };
         let name = b.dev.name.clone();
+        let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        if mr_remote_write {
+            access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        }
         // SAFETY: the backend holds an Arc to the slab, so the memory outlives
         // the MR (deregistered in Drop); pd is live.
         b.mr = unsafe {
@@ -369,7 +377,7 @@ impl VerbsBackend {
                 b.dev.pd,
                 b.slab.base_ptr() as *mut _,
                 b.slab.len() as usize,
-                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+                access as i32,
             )
         };
         if b.mr.is_null() {
