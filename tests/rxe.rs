@@ -105,7 +105,10 @@ fn rogue_equivalent_device_tests() {
     // Least privilege: without remote access rxe gives the MR no rkey; with
     // mr_remote_write (what the rogue adapter asks for) it has one.
     assert_eq!(hp.mr_rkey, 0);
-    let cfg = ServerConfig { mr_remote_write: true, ..server_cfg(8, 4096) };
+    let cfg = ServerConfig {
+        mr_remote_write: true,
+        ..server_cfg(8, 4096)
+    };
     assert_ne!(Server::create(&dev, &cfg).unwrap().host_params().mr_rkey, 0);
     // Queue deeper than the device allows: a clear error.
     let e = Server::create(&dev, &server_cfg(65536, 64)).err().unwrap();

@@ -271,6 +271,36 @@ static void test_loan_outlives_destroy(void) {
     }
 }
 
+/* A create that fails after the slab is allocated (the UDP port is taken)
+ * must release everything: run under LeakSanitizer by ./run test. */
+static void test_create_failure_releases_everything(void) {
+    rocev2_device* dev = NULL;
+    rocev2_server* first = make_server(&dev, 4);
+    rocev2_host_params hp;
+    CHECK_OK(rocev2_server_get_host_params(first, &hp));
+    rocev2_device_config dc;
+    rocev2_device_config_init(&dc);
+    dc.name = "soft";
+    dc.bind_addr = "127.0.0.1";
+    dc.udp_port = hp.udp_port;
+    rocev2_device* dev2 = NULL;
+    CHECK_OK(rocev2_device_open(&dc, &dev2));
+    rocev2_server_config sc;
+    rocev2_server_config_init(&sc);
+    sc.max_payload = 1 << 20; /* a 256 MiB slab would show up as a leak */
+    rocev2_server* second = (rocev2_server*)0x1;
+    for (int i = 0; i < 20; ++i) {
+        CHECK(rocev2_server_create(dev2, &sc, &second) == ROCEV2_ERR_IO);
+        CHECK(second == NULL);
+    }
+    char msg[256];
+    rocev2_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "pick another udp_port") != NULL);
+    rocev2_device_close(dev2);
+    rocev2_server_destroy(first);
+    rocev2_device_close(dev);
+}
+
 int main(int argc, char** argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s <rocev2 CLI>\n", argv[0]);
@@ -280,6 +310,7 @@ int main(int argc, char** argv) {
     test_callback_mode_with_faults();
     test_pull_mode_backpressure_and_tokens();
     test_loan_outlives_destroy();
+    test_create_failure_releases_everything();
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
 }
