@@ -31,7 +31,7 @@ commands:
             (and with --verify checks) frames
               --device soft|NAME (soft) --bind IP (127.0.0.1) --port N (4791; 0 = any)
               --peer-port N (4791; 0 = reply to the source port) --fpga-ip IP
-              --fpga-qpn N --fpga-psn N (host SQ PSN) --pmtu 1..5 --rnr 0..31 (12)
+              --fpga-qpn N|- (- = read from stdin) --fpga-psn N (host SQ PSN) --pmtu 1..5 --rnr 0..31 (12)
               --depth SLOTS --max-payload BYTES (9000) --gid-index N
               --frames N (stop after N) --idle-timeout SECONDS (10) --out FILE --verify
   fpga-sim  the FPGA emulator: streams pattern frames to a server
@@ -361,9 +361,25 @@ fn recv(o: &Opts) -> Result<ExitCode, String> {
     server
         .set_fpga_gid(Gid::parse(fpga_ip).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
-    let fpga_qpn: u32 = num(o, "fpga-qpn", u32::MAX)?;
+    let fpga_qpn: u32 = if o.get("fpga-qpn").map(String::as_str) == Some("-") {
+        // Read it from stdin once the host params are out (two-way bring-up).
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let t = line.trim();
+        match t.strip_prefix("0x") {
+            Some(h) => u32::from_str_radix(h, 16),
+            None => t.parse(),
+        }
+        .map_err(|_| format!("--fpga-qpn -: {t:?} read from stdin is not a number"))?
+    } else {
+        num(o, "fpga-qpn", u32::MAX)?
+    };
     if fpga_qpn == u32::MAX {
-        return Err("--fpga-qpn is required (the FPGA's QP number)".into());
+        return Err(
+            "--fpga-qpn is required (the FPGA's QP number, or - to read it from stdin)".into(),
+        );
     }
     let params = ConnectParams::new(
         fpga_qpn,

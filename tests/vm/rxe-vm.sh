@@ -81,6 +81,8 @@ for d in proc sys dev; do mount --move /$d /new/$d; done
 mount -t tmpfs none /new/run; mount -t tmpfs none /new/tmp
 mkdir -p /new/run/job /new/run/netns /new/dev/pts /new/dev/shm
 mount -t devpts none /new/dev/pts; mount -t tmpfs none /new/dev/shm
+ln -sf /proc/self/fd /new/dev/fd; ln -sf /proc/self/fd/0 /new/dev/stdin
+ln -sf /proc/self/fd/1 /new/dev/stdout; ln -sf /proc/self/fd/2 /new/dev/stderr
 mount --move /job /new/run/job
 mkdir -p /new/lib/modules/$KV && mount --bind /lib/modules/$KV /new/lib/modules/$KV
 # bash reads its script in pieces and seeks, which 9p without a cache does
