@@ -151,6 +151,18 @@ impl DeviceConfig {
             peer_udp_port: ROCE_UDP_PORT,
         }
     }
+    /// The soft backend on `bind_addr`, any free UDP port (reported in the host
+    /// params), ACKs to each packet's source port: a server for an emulator on
+    /// this host (tests, demos, benchmarks).
+    pub fn soft_ephemeral(bind_addr: &str) -> Self {
+        DeviceConfig {
+            bind_addr: bind_addr.to_string(),
+            udp_port: 0,
+            peer_udp_port: 0,
+            ..DeviceConfig::new("soft")
+        }
+    }
+
     /// Checks the fields that can be checked without a device.
     pub fn validate(&self) -> Result<()> {
         if self.name.is_empty() {

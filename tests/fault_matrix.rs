@@ -24,11 +24,8 @@ struct Rig {
 }
 
 fn rig(faults: Faults, depth: u32) -> Rig {
-    let mut d = DeviceConfig::new("soft");
-    d.udp_port = 0;
-    d.peer_udp_port = 0;
     let server = Server::create(
-        &Device::open(&d).unwrap(),
+        &Device::open(&DeviceConfig::soft_ephemeral("127.0.0.1")).unwrap(),
         &ServerConfig {
             max_payload: 4096,
             rx_queue_depth: depth,
@@ -38,12 +35,7 @@ fn rig(faults: Faults, depth: u32) -> Rig {
     )
     .unwrap();
     let hp = server.host_params();
-    let mut c = EmulatorConfig::new(
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
-        hp.qpn,
-        hp.sq_psn,
-    );
+    let mut c = EmulatorConfig::for_server(&hp).unwrap();
     c.faults = faults;
     c.timeout_code = 12;
     let emu = FpgaEmulator::new(c).unwrap();

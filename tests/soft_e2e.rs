@@ -2,7 +2,6 @@
 //! server through the Rust API, with faults injected both ways; every frame
 //! must arrive exactly once, in order, byte-exact, on the right channel.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -21,11 +20,7 @@ fn wait_for(count: &AtomicU64, n: u64) {
 }
 
 fn soft_device() -> Device {
-    let mut d = DeviceConfig::new("soft");
-    d.bind_addr = "127.0.0.1".into();
-    d.udp_port = 0;
-    d.peer_udp_port = 0;
-    Device::open(&d).unwrap()
+    Device::open(&DeviceConfig::soft_ephemeral("127.0.0.1")).unwrap()
 }
 
 fn setup(depth: u32, max_payload: u32, faults: Faults) -> (Server, FpgaEmulator) {
@@ -39,13 +34,7 @@ fn setup(depth: u32, max_payload: u32, faults: Faults) -> (Server, FpgaEmulator)
         },
     )
     .unwrap();
-    let hp = server.host_params();
-    let mut ecfg = EmulatorConfig::new(
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
-        hp.qpn,
-        hp.sq_psn,
-    );
+    let mut ecfg = EmulatorConfig::for_server(&server.host_params()).unwrap();
     ecfg.faults = faults;
     ecfg.timeout_code = 12; // 16 ms: keeps fault recovery quick on loopback
     let emu = FpgaEmulator::new(ecfg).unwrap();

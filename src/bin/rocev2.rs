@@ -195,11 +195,8 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     if size < 8 {
         return Err("--size must be at least 8 (the pattern carries a sequence number)".into());
     }
-    let mut dc = DeviceConfig::new("soft");
-    dc.bind_addr = "127.0.0.1".into();
-    dc.udp_port = 0;
-    dc.peer_udp_port = 0;
-    let dev = Device::open(&dc).map_err(|e| e.to_string())?;
+    let dev =
+        Device::open(&DeviceConfig::soft_ephemeral("127.0.0.1")).map_err(|e| e.to_string())?;
     let server = Server::create(
         &dev,
         &ServerConfig {
@@ -210,12 +207,7 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?;
     let hp = server.host_params();
-    let mut ecfg = EmulatorConfig::new(
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
-        hp.qpn,
-        hp.sq_psn,
-    );
+    let mut ecfg = EmulatorConfig::for_server(&hp).map_err(|e| e.to_string())?;
     ecfg.pmtu = rocev2::Mtu::from_code(pmtu).map_err(|e| e.to_string())?;
     ecfg.faults = f;
     if f.any() {

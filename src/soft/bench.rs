@@ -78,11 +78,8 @@ pub fn soft_end_to_end(size: usize, frames: u64, pmtu: crate::Mtu, depth: u32) -
     use crate::soft::emulator::{EmulatorConfig, FpgaEmulator};
     use crate::{ConnectParams, Device, DeviceConfig, Server, ServerConfig};
     use std::sync::atomic::AtomicU64;
-    let mut dc = DeviceConfig::new("soft");
-    dc.udp_port = 0;
-    dc.peer_udp_port = 0;
     let server = Server::create(
-        &Device::open(&dc)?,
+        &Device::open(&DeviceConfig::soft_ephemeral("127.0.0.1"))?,
         &ServerConfig {
             max_payload: size as u32,
             rx_queue_depth: depth,
@@ -90,12 +87,7 @@ pub fn soft_end_to_end(size: usize, frames: u64, pmtu: crate::Mtu, depth: u32) -
         },
     )?;
     let hp = server.host_params();
-    let mut ecfg = EmulatorConfig::new(
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0),
-        SocketAddrV4::new(Ipv4Addr::LOCALHOST, hp.udp_port),
-        hp.qpn,
-        hp.sq_psn,
-    );
+    let mut ecfg = EmulatorConfig::for_server(&hp)?;
     ecfg.pmtu = pmtu;
     let mut emu = FpgaEmulator::new(ecfg)?;
     server.set_fpga_gid(emu.gid())?;

@@ -78,6 +78,21 @@ pub struct EmulatorConfig {
 }
 
 impl EmulatorConfig {
+    /// An emulator on the server's host (same IPv4 address, any free port)
+    /// aimed at the soft server described by `host` (its GID's IPv4 address and
+    /// UDP port), starting at its SQ PSN; surf's defaults otherwise.
+    pub fn for_server(host: &crate::HostParams) -> Result<Self> {
+        let ip = host.gid.ipv4().ok_or_else(|| {
+            Error::invalid(format!("the server's GID {} is not IPv4-mapped", host.gid))
+        })?;
+        Ok(Self::new(
+            SocketAddrV4::new(ip, 0),
+            SocketAddrV4::new(ip, host.udp_port),
+            host.qpn,
+            host.sq_psn,
+        ))
+    }
+
     /// surf's defaults: pmtu 4096, 16 in flight, timeout 14, retry 7, rnr_retry 7.
     pub fn new(bind: SocketAddrV4, host: SocketAddrV4, host_qpn: u32, start_psn: u32) -> Self {
         EmulatorConfig {

@@ -113,29 +113,9 @@ impl VerbsRequester {
                 errno_text()
             )));
         }
-        // SAFETY: plain data; zeroed is valid.
-        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        qa.qp_state = ibv_qp_state::IBV_QPS_INIT;
-        qa.port_num = r.dev.ib_port;
-        let mask = ibv_qp_attr_mask::IBV_QP_STATE
-            | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX
-            | ibv_qp_attr_mask::IBV_QP_PORT
-            | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS;
-        r.modify(&mut qa, mask, "requester QP RESET→INIT failed")?;
+        // SAFETY: r.qp was just created on this device.
+        unsafe { r.dev.qp_to_init(r.qp, "requester QP") }?;
         Ok(r)
-    }
-
-    fn modify(&mut self, attr: &mut ibv_qp_attr, mask: ibv_qp_attr_mask, what: &str) -> Result<()> {
-        // SAFETY: qp is live and attr valid for the fields in mask.
-        let rc = unsafe { ibv_modify_qp(self.qp, attr, mask.0 as i32) };
-        if rc != 0 {
-            return Err(Error::device(format!(
-                "{what} on '{}': {}",
-                self.dev.name,
-                std::io::Error::from_raw_os_error(rc)
-            )));
-        }
-        Ok(())
     }
 
     /// Our QP number (what the host passes as fpga_qpn).
@@ -159,40 +139,19 @@ impl VerbsRequester {
         start_psn: u32,
         pmtu: Mtu,
     ) -> Result<()> {
-        // SAFETY: plain data; zeroed is valid.
-        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        qa.qp_state = ibv_qp_state::IBV_QPS_RTR;
-        qa.path_mtu = pmtu.code();
-        qa.dest_qp_num = host_qpn;
-        qa.rq_psn = 0;
-        qa.min_rnr_timer = 1;
-        qa.ah_attr.is_global = 1;
-        qa.ah_attr.grh.dgid = ibv_gid { raw: host_gid.0 };
-        qa.ah_attr.grh.sgid_index = self.dev.gid_index;
-        qa.ah_attr.grh.hop_limit = 64;
-        qa.ah_attr.port_num = self.dev.ib_port;
-        let mask = ibv_qp_attr_mask::IBV_QP_STATE
-            | ibv_qp_attr_mask::IBV_QP_AV
-            | ibv_qp_attr_mask::IBV_QP_PATH_MTU
-            | ibv_qp_attr_mask::IBV_QP_DEST_QPN
-            | ibv_qp_attr_mask::IBV_QP_RQ_PSN
-            | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC
-            | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER;
-        self.modify(&mut qa, mask, "requester QP INIT→RTR failed")?;
-        // SAFETY: plain data; zeroed is valid.
-        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        qa.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        qa.sq_psn = start_psn & MAX_24BIT;
-        qa.timeout = 14;
-        qa.retry_cnt = 7;
-        qa.rnr_retry = 7;
-        let mask = ibv_qp_attr_mask::IBV_QP_STATE
-            | ibv_qp_attr_mask::IBV_QP_SQ_PSN
-            | ibv_qp_attr_mask::IBV_QP_TIMEOUT
-            | ibv_qp_attr_mask::IBV_QP_RETRY_CNT
-            | ibv_qp_attr_mask::IBV_QP_RNR_RETRY
-            | ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC;
-        self.modify(&mut qa, mask, "requester QP RTR→RTS failed")
+        // SAFETY: self.qp is live (created in `create`, destroyed in Drop).
+        unsafe {
+            self.dev.qp_to_rts(
+                self.qp,
+                host_qpn,
+                host_gid,
+                0,
+                1,
+                pmtu,
+                start_psn,
+                "requester QP",
+            )
+        }
     }
 
     fn post(&mut self, slot: usize, len: usize, imm: u32) -> Result<()> {

@@ -5,21 +5,14 @@
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <rocev2.h>
 
+#include "check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        ++checks;                                                               \
-        if (!(cond)) {                                                          \
-            ++failures;                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                       \
-    } while (0)
 
 static char msg[512];
 static const char* last(void) {
@@ -251,6 +244,5 @@ int main(void) {
     test_gid_helpers();
     test_detect_gid_index();
     test_log_callback();
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return report();
 }

@@ -6,6 +6,8 @@
 #define _DEFAULT_SOURCE
 #include <rocev2.h>
 
+#include "check.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,42 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        ++checks;                                                                    \
-        if (!(cond)) {                                                               \
-            ++failures;                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-#define CHECK_OK(call)                                                                   \
-    do {                                                                                 \
-        rocev2_status s_ = (call);                                                       \
-        ++checks;                                                                        \
-        if (s_ != ROCEV2_OK) {                                                           \
-            char m_[512];                                                                \
-            rocev2_last_error(m_, sizeof m_);                                            \
-            ++failures;                                                                  \
-            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, s_, m_); \
-        }                                                                                \
-    } while (0)
 
-static int pattern_check(const uint8_t* d, uint32_t len, uint64_t* seq_out) {
-    if (len < 8) return 0;
-    uint64_t seq = 0;
-    for (int i = 7; i >= 0; --i) seq = (seq << 8) | d[i];
-    uint32_t s = (uint32_t)((seq * 0x9E3779B97F4A7C15ull) >> 32) | 1u;
-    for (uint32_t at = 8; at < len; at += 4) {
-        s ^= s << 13;
-        s ^= s >> 17;
-        s ^= s << 5;
-        for (uint32_t k = 0; k < 4 && at + k < len; ++k)
-            if (d[at + k] != (uint8_t)(s >> (8 * k))) return 0;
-    }
-    *seq_out = seq;
-    return 1;
-}
 
 struct st {
     rocev2_server* srv;
@@ -145,6 +112,5 @@ int main(int argc, char** argv) {
     printf("RXE-RATE C API verbs e2e: %s", summary);
     rocev2_server_destroy(srv);
     rocev2_device_close(dev);
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return report();
 }

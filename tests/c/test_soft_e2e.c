@@ -8,6 +8,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <rocev2.h>
 
+#include "check.h"
+
 #include <pthread.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -20,43 +22,7 @@
 
 extern char** environ;
 
-static int failures = 0, checks = 0;
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        ++checks;                                                                    \
-        if (!(cond)) {                                                               \
-            ++failures;                                                              \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-#define CHECK_OK(call)                                                               \
-    do {                                                                             \
-        rocev2_status s_ = (call);                                                   \
-        ++checks;                                                                    \
-        if (s_ != ROCEV2_OK) {                                                       \
-            char m_[512];                                                            \
-            rocev2_last_error(m_, sizeof m_);                                        \
-            ++failures;                                                              \
-            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call, s_, m_); \
-        }                                                                            \
-    } while (0)
 
-/* The emulator's payload pattern (src/soft/pattern.rs). */
-static int pattern_check(const uint8_t* d, uint32_t len, uint64_t* seq_out) {
-    if (len < 8) return 0;
-    uint64_t seq = 0;
-    for (int i = 7; i >= 0; --i) seq = (seq << 8) | d[i];
-    uint32_t s = (uint32_t)((seq * 0x9E3779B97F4A7C15ull) >> 32) | 1u;
-    for (uint32_t at = 8; at < len; at += 4) {
-        s ^= s << 13;
-        s ^= s >> 17;
-        s ^= s << 5;
-        for (uint32_t k = 0; k < 4 && at + k < len; ++k)
-            if (d[at + k] != (uint8_t)(s >> (8 * k))) return 0;
-    }
-    *seq_out = seq;
-    return 1;
-}
 
 static const char* cli;
 static const uint32_t FPGA_QPN = 0x4242;
@@ -311,6 +277,5 @@ int main(int argc, char** argv) {
     test_pull_mode_backpressure_and_tokens();
     test_loan_outlives_destroy();
     test_create_failure_releases_everything();
-    printf("%d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+    return report();
 }
