@@ -222,3 +222,42 @@ fn soft_device_config_errors() {
     .unwrap();
     assert!(e.message().contains("pick another udp_port"), "{e}");
 }
+
+#[test]
+fn several_servers_in_one_process_are_independent() {
+    // One server per FPGA link: three links streaming at once, each server
+    // sees only its own FPGA's frames, in order, on its own channel.
+    static CHANNELS: [u8; 3] = [10, 20, 30];
+    let links: Vec<_> = CHANNELS
+        .iter()
+        .map(|&ch| {
+            let (server, emu) = setup(32, 2048, Faults::default());
+            let (cb, err, count) = checker(std::slice::from_ref(&CHANNELS[(ch / 10 - 1) as usize]));
+            server.set_frame_callback(cb).unwrap();
+            connect(&server, &emu, 1);
+            (server, emu, err, count, ch)
+        })
+        .collect();
+    let handles: Vec<_> = links
+        .into_iter()
+        .map(|(server, mut emu, err, count, ch)| {
+            std::thread::spawn(move || {
+                emu.stream(3000, 2048, &[ch], 64, Duration::from_secs(120), |_| {})
+                    .unwrap();
+                wait_for(&count, 3000);
+                (server, err, count)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (server, err, count) = h.join().unwrap();
+        assert_eq!(*err.lock().unwrap(), None);
+        assert_eq!(count.load(Ordering::SeqCst), 3000);
+        assert_eq!(server.stats().frames, 3000);
+        assert_eq!(
+            server.stats().foreign_packets,
+            0,
+            "no frame of another link"
+        );
+    }
+}
