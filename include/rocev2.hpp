@@ -169,7 +169,10 @@ class Server {
 
     /// Registers the frame callback (before complete_connection). It runs on
     /// the receive thread; exceptions it throws are caught and reported on
-    /// stderr (they cannot cross the C boundary).
+    /// stderr (they cannot cross the C boundary). Do not block in it for
+    /// longer than stop_timeout_ms: stop() then detaches the receive thread,
+    /// and a callback still running when this Server is destroyed would use a
+    /// freed std::function.
     void on_frame(Callback cb) {
         auto state = std::make_unique<CallbackState>(CallbackState{srv_, std::move(cb)});
         check(rocev2_server_set_frame_callback(srv_, &Server::trampoline, state.get()));
