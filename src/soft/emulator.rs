@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::net::UdpIo;
 use super::requester::{Requester, RequesterConfig, RequesterStats};
-use super::wire::icrc::Ipv4Udp;
+use super::wire::icrc::{Ipv4Udp, HEADROOM};
 use super::wire::{self, Bth, Opcode, Packet};
 use crate::config::{Mtu, MAX_24BIT};
 use crate::error::{Error, ErrorKind, Result};
@@ -252,10 +252,11 @@ impl FpgaEmulator {
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
             bth.ack_req = true;
+            // Packets are built behind HEADROOM bytes so the ICRC is one CRC pass.
             let mut buf = self.spare.pop().unwrap_or_default();
-            buf.resize(Packet::wire_len(p.opcode, p.payload.len()), 0);
-            let len = wire::emit(&bth, p.imm, None, p.payload, &mut buf);
-            ctx.seal(&mut buf[..len]);
+            buf.resize(HEADROOM + Packet::wire_len(p.opcode, p.payload.len()), 0);
+            wire::emit(&bth, p.imm, None, p.payload, &mut buf[HEADROOM..]);
+            ctx.seal_in_headroom(&mut buf);
             n += 1;
             if self.rng.chance(f.drop) {
                 self.stats.dropped += 1;
@@ -285,7 +286,7 @@ impl FpgaEmulator {
         if !self.out.is_empty() {
             let host = self.cfg.host;
             let pkts: Vec<(SocketAddrV4, &[u8])> =
-                self.out.iter().map(|b| (host, &b[..])).collect();
+                self.out.iter().map(|b| (host, &b[HEADROOM..])).collect();
             let sent = self.io.send_batch(&pkts)?;
             self.stats.packets_tx += sent as u64;
             // What the socket did not take is lost, as on a wire; the requester recovers.

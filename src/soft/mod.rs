@@ -33,7 +33,7 @@ use crate::server::{Backend, BackendInfo, Completion, CompletionKind, Counters, 
 use crate::sys::{poll_readable, random_u32, Slab};
 use net::UdpIo;
 use responder::{DropReason, Responder, ResponderConfig, Verdict};
-use wire::icrc::Ipv4Udp;
+use wire::icrc::{Ipv4Udp, HEADROOM};
 use wire::{Aeth, Bth, Opcode, Packet};
 
 /// The soft "device": where to bind.
@@ -269,8 +269,10 @@ impl Backend for SoftBackend {
         let mut used = 0;
         for r in resp.take_replies() {
             if used == self.tx.len() {
-                self.tx
-                    .push((dst, vec![0u8; Packet::wire_len(Opcode::Acknowledge, 0)]));
+                self.tx.push((
+                    dst,
+                    vec![0u8; HEADROOM + Packet::wire_len(Opcode::Acknowledge, 0)],
+                ));
             }
             let (to, buf) = &mut self.tx[used];
             *to = dst;
@@ -279,8 +281,9 @@ impl Backend for SoftBackend {
                 syndrome: r.syndrome,
                 msn: r.msn,
             };
-            let len = wire::emit(&bth, None, Some(aeth), &[], buf);
-            ctx.seal(&mut buf[..len]);
+            // Built behind HEADROOM bytes: the ICRC is one CRC pass.
+            wire::emit(&bth, None, Some(aeth), &[], &mut buf[HEADROOM..]);
+            ctx.seal_in_headroom(buf);
             let counter = match r.syndrome {
                 wire::Syndrome::Ack(_) => &c.acks_tx,
                 wire::Syndrome::RnrNak(_) => &c.rnr_naks_tx,
@@ -291,8 +294,10 @@ impl Backend for SoftBackend {
             used += 1;
         }
         if used > 0 {
-            let pkts: Vec<(SocketAddrV4, &[u8])> =
-                self.tx[..used].iter().map(|(a, b)| (*a, &b[..])).collect();
+            let pkts: Vec<(SocketAddrV4, &[u8])> = self.tx[..used]
+                .iter()
+                .map(|(a, b)| (*a, &b[HEADROOM..]))
+                .collect();
             let sent = self.io.send_batch(&pkts)?;
             c.packets_tx.fetch_add(sent as u64, Ordering::Relaxed);
             if sent < used {

@@ -13,6 +13,10 @@ use std::net::Ipv4Addr;
 
 use super::{BTH_LEN, ICRC_LEN};
 
+/// Bytes in front of a packet that [`Ipv4Udp::compute_in_headroom`] uses for
+/// the pseudo-header: 8 (LRH stand-in) + 20 (IPv4) + 8 (UDP).
+pub const HEADROOM: usize = 36;
+
 /// The IPv4 and UDP fields the ICRC covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Udp {
@@ -62,6 +66,51 @@ impl Ipv4Udp {
         h.update(&hdr);
         h.update(&pkt[BTH_LEN..pkt.len() - ICRC_LEN]);
         h.finalize()
+    }
+
+    /// The ICRC of the packet that starts [`HEADROOM`] bytes into `buf`, in one
+    /// CRC pass: the masked IPv4/UDP pseudo-header is written into the
+    /// headroom and the BTH's FECN/BECN byte is masked in place (and restored),
+    /// so crc32fast's folding path covers header and payload together.
+    /// Returns the same value as [`Ipv4Udp::compute`] on `&buf[HEADROOM..]`.
+    pub fn compute_in_headroom(&self, buf: &mut [u8]) -> u32 {
+        assert!(
+            buf.len() >= HEADROOM + BTH_LEN + ICRC_LEN,
+            "buffer shorter than headroom + BTH + ICRC"
+        );
+        let pkt_len = buf.len() - HEADROOM;
+        let udp_len = (8 + pkt_len) as u16;
+        let frag: u16 = if self.dont_fragment { 0x4000 } else { 0 };
+        let h = &mut buf[..HEADROOM];
+        h[..8].fill(0xff);
+        let ip = &mut h[8..28];
+        ip[0] = 0x45;
+        ip[1] = 0xff;
+        ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
+        ip[6..8].copy_from_slice(&frag.to_be_bytes());
+        ip[8] = 0xff;
+        ip[9] = 17;
+        ip[10..12].fill(0xff);
+        ip[12..16].copy_from_slice(&self.src.octets());
+        ip[16..20].copy_from_slice(&self.dst.octets());
+        let udp = &mut h[28..36];
+        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        udp[6..8].fill(0xff);
+        let fb = buf[HEADROOM + 4];
+        buf[HEADROOM + 4] = 0xff;
+        let crc = crc32fast::hash(&buf[..buf.len() - ICRC_LEN]);
+        buf[HEADROOM + 4] = fb;
+        crc
+    }
+
+    /// [`Ipv4Udp::compute_in_headroom`], stored in the packet's last 4 bytes.
+    pub fn seal_in_headroom(&self, buf: &mut [u8]) {
+        let c = self.compute_in_headroom(buf);
+        let n = buf.len();
+        buf[n - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
     }
 
     /// Computes the ICRC of `pkt` and stores it in its last 4 bytes.
