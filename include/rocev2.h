@@ -51,36 +51,6 @@
 #define ROCEV2_UDP_PORT 4791
 
 /**
- * Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
- */
-#define MAX_DATAGRAM (4096 + 64)
-
-/**
- * BTH length in bytes.
- */
-#define BTH_LEN 12
-
-/**
- * ImmDt / AETH length in bytes.
- */
-#define EXT_LEN 4
-
-/**
- * ICRC length in bytes.
- */
-#define ICRC_LEN 4
-
-/**
- * The default partition key.
- */
-#define DEFAULT_PKEY 65535
-
-/**
- * Mask of a PSN.
- */
-#define MASK 16777215
-
-/**
  * Status codes. 0 is success; every other value comes with a message from
  * `rocev2_last_error` on the same thread.
  */

@@ -45,3 +45,27 @@ fn header_declares_every_exported_function() {
     }
     assert!(n >= 20, "found only {n} exported functions");
 }
+
+#[test]
+fn header_exports_only_the_c_api_namespace() {
+    // cbindgen exports every public constant of the crate; only the C API's
+    // own (ROCEV2_*) may reach the header (add others to cbindgen.toml's exclude).
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(root.join("include/rocev2.h")).unwrap();
+    for line in header.lines().filter(|l| l.starts_with("#define ")) {
+        let name = line.split_whitespace().nth(1).unwrap();
+        assert!(
+            name.starts_with("ROCEV2_"),
+            "non-API constant in the header: {line}"
+        );
+    }
+    for line in header
+        .lines()
+        .filter(|l| l.starts_with("typedef struct ") && l.ends_with(';'))
+    {
+        assert!(
+            line.contains(" rocev2_"),
+            "non-API type in the header: {line}"
+        );
+    }
+}
