@@ -24,7 +24,17 @@ pub struct UdpIo {
     lens: Vec<usize>,
     addrs: Vec<SocketAddrV4>,
     truncated: Vec<bool>,
+    // recvmmsg scratch, kept so the receive path (polled in a spin loop) does
+    // not allocate; the pointers inside are rewritten before every call.
+    names: Vec<libc::sockaddr_in>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
 }
+
+// SAFETY: the raw pointers in the recvmmsg scratch only ever point into this
+// struct's own heap buffers and are rewritten before each use; nothing is
+// shared between threads.
+unsafe impl Send for UdpIo {}
 
 fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32, what: &str) -> Result<()> {
     // SAFETY: passes a valid i32 and its size to setsockopt on our own socket.
@@ -96,6 +106,16 @@ impl UdpIo {
             lens: vec![0; batch],
             addrs: vec![SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); batch],
             truncated: vec![false; batch],
+            // SAFETY: plain-data structs; zeroed is a valid initial value.
+            names: (0..batch).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            iovs: (0..batch)
+                .map(|_| libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                })
+                .collect(),
+            // SAFETY: as above.
+            msgs: (0..batch).map(|_| unsafe { std::mem::zeroed() }).collect(),
         })
     }
 
@@ -117,31 +137,24 @@ impl UdpIo {
     /// how many (0 when none is waiting).
     pub fn recv_batch(&mut self) -> Result<usize> {
         let n = self.bufs.len();
-        // SAFETY: plain-data structs; zeroed is a valid initial value.
-        let mut names: Vec<libc::sockaddr_in> =
-            (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let mut iovs: Vec<libc::iovec> = self
-            .bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: as above.
-        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
         for i in 0..n {
-            msgs[i].msg_hdr.msg_name = &mut names[i] as *mut _ as *mut libc::c_void;
-            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void,
+                iov_len: self.bufs[i].len(),
+            };
+            let m = &mut self.msgs[i].msg_hdr;
+            m.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
+            m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            m.msg_iov = &mut self.iovs[i];
+            m.msg_iovlen = 1;
+            m.msg_flags = 0;
         }
         // SAFETY: msgs/iovs/names are valid for n entries and outlive the call;
         // each iovec points into a buffer we own.
         let got = unsafe {
             libc::recvmmsg(
-                self.fd(),
-                msgs.as_mut_ptr(),
+                self.sock.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
                 n as u32,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -158,9 +171,9 @@ impl UdpIo {
         }
         let got = got as usize;
         for i in 0..got {
-            self.lens[i] = msgs[i].msg_len as usize;
-            self.truncated[i] = msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.addrs[i] = to_v4(&names[i]);
+            self.lens[i] = self.msgs[i].msg_len as usize;
+            self.truncated[i] = self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            self.addrs[i] = to_v4(&self.names[i]);
         }
         Ok(got)
     }
