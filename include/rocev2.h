@@ -444,6 +444,19 @@ typedef struct {
    * Slots on loan right now.
    */
   uint64_t loans_outstanding;
+  /**
+   * soft: packets whose ICRC was verified (raw capture mode). Since 1.1.
+   */
+  uint64_t icrc_checked;
+  /**
+   * soft: packets received straight into their slot (no copy). Since 1.1.
+   */
+  uint64_t payload_direct;
+  /**
+   * soft: packets copied into their slot after a missed landing guess
+   * (loss, reordering, a change of frame size). Since 1.1.
+   */
+  uint64_t payload_copied;
 } rocev2_stats;
 
 

@@ -184,6 +184,24 @@ impl Slab {
     }
 }
 
+impl Slab {
+    /// A pointer to `len` bytes at `offset` inside receiver-owned `slot`, for
+    /// the kernel to receive into (the soft backend's scatter receive), or
+    /// `None` if the range leaves the slot or the slot is loaned. Only the
+    /// receive thread calls this, and it uses the pointer before it loans the
+    /// slot, so the kernel is the region's single writer meanwhile.
+    pub fn receive_region(&self, slot: u32, offset: u32, len: u32) -> Option<NonNull<u8>> {
+        let st = self.state.get(slot as usize)?;
+        if offset.checked_add(len)? > self.slot_size || st.load(Ordering::Acquire) & 1 == 1 {
+            return None;
+        }
+        let at = slot as usize * self.slot_size as usize + offset as usize;
+        // SAFETY: slot < slots and offset + len <= slot_size, so `at` is inside
+        // the allocation (or one past it for len 0 at the very end).
+        NonNull::new(unsafe { self.mem.as_ptr().add(at) })
+    }
+}
+
 impl Drop for Slab {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with exactly this layout, freed once.

@@ -95,6 +95,10 @@ fn clean_stream_of_multi_packet_frames() {
     assert_eq!((s.frames, s.bytes), (3000, 3000 * 9000));
     assert_eq!(s.malformed + s.foreign_packets + s.invalid_naks_tx, 0);
     assert_eq!(s.icrc_unchecked, s.packets_rx);
+    // Every accepted packet (3 per 9000-byte frame at pmtu 4096) was placed
+    // exactly once: straight from the socket, or copied after a missed guess.
+    assert_eq!(s.payload_direct + s.payload_copied, 3 * 3000);
+    assert!(s.payload_direct > 0, "{s:?}");
     assert_eq!(emu.stats().requester.acked, 3000);
 }
 
@@ -128,6 +132,10 @@ fn hundred_thousand_frames_with_faults_both_ways_arrive_exactly_once_in_order() 
         "{s:?}"
     );
     assert!(e.requester.retransmits > 0);
+    // Losses and reordering miss landing guesses (copies), yet every frame
+    // was placed exactly once.
+    assert_eq!(s.payload_direct + s.payload_copied, 100_000);
+    assert!(s.payload_copied > 0 && s.payload_direct > 0, "{s:?}");
 }
 
 #[test]

@@ -96,7 +96,8 @@ _STAT_FIELDS = [
     "invalid_releases", "callback_panics", "packets_rx", "packets_tx", "acks_tx",
     "rnr_naks_tx", "seq_naks_tx", "invalid_naks_tx", "duplicates",
     "out_of_sequence", "foreign_packets", "malformed", "icrc_errors",
-    "icrc_unchecked", "loans_outstanding",
+    "icrc_unchecked", "loans_outstanding", "icrc_checked", "payload_direct",
+    "payload_copied",
 ]
 
 

@@ -295,6 +295,11 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
         "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks",
         s.packets_rx, s.acks_tx, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates, s.parks
     );
+    println!(
+        "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \
+         ICRC {} checked, {} unchecked",
+        s.payload_direct, s.payload_copied, s.icrc_checked, s.icrc_unchecked
+    );
     if let Some(secs) = o.get("udp-ceiling") {
         let secs: f64 = secs
             .parse()

@@ -276,6 +276,13 @@ pub struct rocev2_stats {
     pub icrc_unchecked: u64,
     /// Slots on loan right now.
     pub loans_outstanding: u64,
+    /// soft: packets whose ICRC was verified (raw capture mode). Since 1.1.
+    pub icrc_checked: u64,
+    /// soft: packets received straight into their slot (no copy). Since 1.1.
+    pub payload_direct: u64,
+    /// soft: packets copied into their slot after a missed landing guess
+    /// (loss, reordering, a change of frame size). Since 1.1.
+    pub payload_copied: u64,
 }
 
 /// Called on the receive thread for every frame. The frame is on loan: release
@@ -788,6 +795,9 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             icrc_errors: s.icrc_errors,
             icrc_unchecked: s.icrc_unchecked,
             loans_outstanding: s.loans_outstanding,
+            icrc_checked: s.icrc_checked,
+            payload_direct: s.payload_direct,
+            payload_copied: s.payload_copied,
         };
         let n = cap.min(std::mem::size_of::<rocev2_stats>());
         // SAFETY: copies n bytes of a plain-data struct into the caller's

@@ -80,4 +80,11 @@ counters! {
     icrc_errors,
     /// *soft*: packets whose ICRC could not be checked (no raw IP header).
     icrc_unchecked,
+    /// *soft*: packets whose ICRC was verified (raw capture mode).
+    icrc_checked,
+    /// *soft*: packets whose payload the kernel wrote straight into the slot.
+    payload_direct,
+    /// *soft*: packets whose payload was copied into the slot afterwards (a
+    /// missed landing guess: loss, reordering, a change of frame size).
+    payload_copied,
 }

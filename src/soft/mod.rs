@@ -3,14 +3,24 @@
 //! behind the same server core and C API as the verbs backend. Open it with
 //! device name `"soft"` and a bind address / port in the device config.
 //!
-//! Receive path: recvmmsg batches -> parse -> filter (the configured FPGA
-//! address and our QPN; everything else is a counted drop) -> the
-//! [`responder::Responder`] state machine -> payload copied into the slab slot
-//! -> completion to the core. After each batch the coalesced ACK (and any
-//! NAKs) go out with sendmmsg; their ICRC is computed for IP ID 0 / DF (what
-//! Linux sends from this socket). Received ICRCs cannot be checked from a UDP
-//! socket (no IP header): such packets are counted as `icrc_unchecked`.
+//! Receive path: before each recvmmsg batch the backend guesses where the
+//! next packets belong (in sequence, shaped like the last message: the
+//! current message's remaining packets, then one message per posted slot)
+//! and scatters each datagram as headers -> staging, payload -> its slab
+//! slot, pad/ICRC -> staging. So the payload takes one copy, the kernel's,
+//! from the socket into the slot (counted `payload_direct`). Each packet is
+//! then parsed, filtered (the configured FPGA address and our QPN; everything
+//! else is a counted drop) and run through the [`responder::Responder`]; when
+//! its real place differs from the guess (loss, duplicates, reordering, a new
+//! frame size, no posted slot) the rest of the batch is gathered and copied
+//! (counted `payload_copied`): a wrong guess costs a copy, never data. After
+//! each batch the coalesced ACK (and any NAKs) go out with sendmmsg; their
+//! ICRC is computed for IP ID 0 / DF (what Linux sends from this socket).
+//! Received ICRCs cannot be checked from a UDP socket (no IP header): such
+//! packets are counted as `icrc_unchecked`.
 
+#[cfg(test)]
+mod backend_tests;
 pub mod bench;
 pub mod emulator;
 pub mod net;
@@ -31,10 +41,10 @@ use crate::error::{Error, Result};
 use crate::gid::Gid;
 use crate::server::{Backend, BackendInfo, Completion, CompletionKind, Counters, POLL_BATCH};
 use crate::sys::{poll_readable, random_u32, Slab};
-use net::UdpIo;
+use net::{Landing, UdpIo};
 use responder::{DropReason, Responder, ResponderConfig, Verdict};
 use wire::icrc::{Ipv4Udp, HEADROOM};
-use wire::{Aeth, Bth, Opcode, Packet};
+use wire::{Aeth, Bth, Headers, Opcode, Packet};
 
 /// The soft "device": where to bind.
 #[derive(Debug, Clone)]
@@ -83,6 +93,29 @@ struct Peer {
     qpn: u32,
 }
 
+/// The shape of the last complete message: how the next ones are guessed to
+/// arrive, so their payloads can be received straight into their slots.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// Packets per message.
+    pkts: u32,
+    /// Header bytes of its first packet (16: SEND_ONLY_WITH_IMMEDIATE, 12: SEND_FIRST).
+    first_head: u32,
+    /// Header bytes of its last packet.
+    last_head: u32,
+}
+
+impl Default for Shape {
+    /// One SEND_ONLY_WITH_IMMEDIATE per frame: what surf's engine sends up to the pmtu.
+    fn default() -> Shape {
+        Shape {
+            pkts: 1,
+            first_head: 16,
+            last_head: 16,
+        }
+    }
+}
+
 pub(crate) struct SoftBackend {
     io: UdpIo,
     local: SocketAddrV4,
@@ -95,6 +128,11 @@ pub(crate) struct SoftBackend {
     resp: Option<Responder>,
     peer: Option<Peer>,
     tx: Vec<(SocketAddrV4, Vec<u8>)>,
+    // Zero-copy receive: the landing guess for the next batch, the last
+    // message's shape and the current message's (packets so far, first head).
+    plan: Vec<Landing>,
+    shape: Shape,
+    msg: (u32, u32),
 }
 
 impl SoftBackend {
@@ -117,7 +155,52 @@ impl SoftBackend {
             resp: None,
             peer: None,
             tx: Vec::new(),
+            plan: Vec::with_capacity(POLL_BATCH),
+            shape: Shape::default(),
+            msg: (0, 0),
         })
+    }
+}
+
+/// Guesses where the next batch's packets belong, assuming they arrive in
+/// sequence and shaped like the last message: the current partial message's
+/// remaining packets, then one message per posted slot. A wrong guess costs a
+/// copy, never data: the receive path checks each packet's real place.
+fn plan_landings(
+    plan: &mut Vec<Landing>,
+    resp: &Responder,
+    shape: Shape,
+    pkts_so_far: u32,
+    slot_size: u32,
+) {
+    plan.clear();
+    let pmtu = resp.pmtu();
+    let mut free = resp.free_slots();
+    let mut cur = resp.partial().map(|(slot, off)| (slot, off, pkts_so_far));
+    while plan.len() < POLL_BATCH {
+        let (slot, offset, idx) = match cur.or_else(|| free.next().map(|s| (s, 0, 0))) {
+            Some(c) => c,
+            None => break,
+        };
+        let last = idx + 1 >= shape.pkts;
+        let head = if idx == 0 {
+            shape.first_head
+        } else if last {
+            shape.last_head
+        } else {
+            wire::BTH_LEN as u32
+        };
+        let len = pmtu.min(slot_size.saturating_sub(offset));
+        if len == 0 {
+            break;
+        }
+        plan.push(Landing {
+            head,
+            slot,
+            offset,
+            len,
+        });
+        cur = (!last).then_some((slot, offset + pmtu, idx + 1));
     }
 }
 
@@ -177,55 +260,134 @@ impl Backend for SoftBackend {
         let (Some(resp), Some(peer)) = (self.resp.as_mut(), self.peer.as_ref()) else {
             return Ok(());
         };
-        let n = self.io.recv_batch()?;
+        plan_landings(
+            &mut self.plan,
+            resp,
+            self.shape,
+            self.msg.0,
+            self.slab.slot_size(),
+        );
+        let n = self.io.recv_batch_into(Some(&self.slab), &self.plan)?;
         if n == 0 {
             return Ok(());
         }
         let c = &*self.counters;
         let mut reply_port = None;
+        // Set at the first packet that did not land where it belongs: from
+        // there on the batch is gathered and copied (the slow path).
+        let mut missed = false;
         for i in 0..n {
-            let (data, from, truncated) = self.io.datagram(i);
             c.packets_rx.fetch_add(1, Ordering::Relaxed);
+            let (_, from, truncated) = self.io.datagram(i);
             if *from.ip() != peer.ip {
                 c.foreign_packets.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let pkt = match Packet::parse(data) {
-                Ok(p) if !truncated => p,
-                Ok(_) => {
-                    c.malformed.fetch_add(1, Ordering::Relaxed);
-                    log::debug!(
-                        "datagram from {from} truncated (> {} bytes)",
-                        net::MAX_DATAGRAM
-                    );
-                    continue;
-                }
-                Err(e) => {
-                    c.malformed.fetch_add(1, Ordering::Relaxed);
-                    log::debug!("malformed packet from {from}: {e}");
-                    continue;
-                }
-            };
-            if pkt.bth.opcode == Opcode::Acknowledge {
-                // We only respond; an Acknowledge is not for us.
-                c.foreign_packets.fetch_add(1, Ordering::Relaxed);
+            if truncated {
+                c.malformed.fetch_add(1, Ordering::Relaxed);
+                log::debug!(
+                    "datagram from {from} truncated (> {} bytes)",
+                    net::MAX_DATAGRAM
+                );
                 continue;
             }
+            // Fast path: the payload is already in its slot.
+            let direct = match (self.io.landing(i), missed) {
+                (Some(l), false) => {
+                    let h = Headers::parse(self.io.datagram(i).0, self.io.len(i))
+                        .ok()
+                        .filter(|h| {
+                            h.bth.opcode.is_send()
+                                && h.len == l.head as usize
+                                && h.payload_len <= l.len as usize
+                        });
+                    h.map(|h| (h, l))
+                }
+                _ => None,
+            };
+            let (bth, imm, payload_len, placed) = match direct {
+                Some((h, l)) => {
+                    if h.bth.opcode == Opcode::Acknowledge {
+                        c.foreign_packets.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    (h.bth, h.imm, h.payload_len, Some(l))
+                }
+                None => {
+                    if !missed && self.io.landing(i).is_some() {
+                        // The guess was wrong (headers or size differ): read
+                        // this and the rest of the batch the slow way, before
+                        // any copy can overwrite where they landed.
+                        missed = true;
+                        for j in i..n {
+                            self.io.gather(j, &self.slab)?;
+                        }
+                    }
+                    let pkt = match Packet::parse(self.io.datagram(i).0) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            c.malformed.fetch_add(1, Ordering::Relaxed);
+                            log::debug!("malformed packet from {from}: {e}");
+                            continue;
+                        }
+                    };
+                    if pkt.bth.opcode == Opcode::Acknowledge {
+                        // We only respond; an Acknowledge is not for us.
+                        c.foreign_packets.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    (pkt.bth, pkt.imm, pkt.payload.len(), None)
+                }
+            };
             c.icrc_unchecked.fetch_add(1, Ordering::Relaxed);
             reply_port = Some(from.port());
-            match resp.on_packet(&pkt.bth, pkt.imm, pkt.payload.len()) {
+            match resp.on_packet(&bth, imm, payload_len) {
                 Verdict::Place { slot, offset, done } => {
-                    let payload = pkt.payload;
-                    let at = offset as usize;
-                    self.slab
-                        .write_slot(slot, |b| b[at..at + payload.len()].copy_from_slice(payload))
-                        .ok_or_else(|| {
+                    let head = (bth.opcode.has_imm() as u32) * 4 + 12;
+                    let in_place =
+                        matches!(placed, Some(l) if l.slot == slot && l.offset == offset);
+                    if in_place {
+                        c.payload_direct.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        if !missed {
+                            missed = true;
+                            for j in i..n {
+                                self.io.gather(j, &self.slab)?;
+                            }
+                        }
+                        let pkt = Packet::parse(self.io.datagram(i).0).map_err(|e| {
                             Error::new(
                                 crate::ErrorKind::Internal,
-                                format!("responder placed into slot {slot}, which is on loan"),
+                                format!("gathered packet no longer parses: {e}"),
                             )
                         })?;
+                        let payload = pkt.payload;
+                        let at = offset as usize;
+                        self.slab
+                            .write_slot(slot, |b| {
+                                b[at..at + payload.len()].copy_from_slice(payload)
+                            })
+                            .ok_or_else(|| {
+                                Error::new(
+                                    crate::ErrorKind::Internal,
+                                    format!("responder placed into slot {slot}, which is on loan"),
+                                )
+                            })?;
+                        c.payload_copied.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Learn the message shape for the next landing guesses.
+                    self.msg = if offset == 0 {
+                        (1, head)
+                    } else {
+                        (self.msg.0 + 1, self.msg.1)
+                    };
                     if let Some(d) = done {
+                        self.shape = Shape {
+                            pkts: self.msg.0,
+                            first_head: self.msg.1,
+                            last_head: head,
+                        };
+                        self.msg = (0, 0);
                         let kind = match d.imm {
                             Some(imm) => CompletionKind::Recv { len: d.len, imm },
                             None => CompletionKind::Unexpected {
@@ -237,6 +399,10 @@ impl Backend for SoftBackend {
                     }
                 }
                 Verdict::Drop(why) => {
+                    if matches!(why, DropReason::InvalidOpcode | DropReason::BadLength) {
+                        // A partial message was discarded with it.
+                        self.msg = (0, 0);
+                    }
                     let counter = match why {
                         DropReason::WrongQp => &c.foreign_packets,
                         DropReason::Duplicate => &c.duplicates,

@@ -13,21 +13,41 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::error::{Error, Result};
+use crate::sys::Slab;
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
 pub const MAX_DATAGRAM: usize = 4096 + 64;
 
+/// Where one datagram of a batch should land (the soft backend's zero-copy
+/// receive): its first `head` bytes (the RoCE headers) in the datagram's
+/// staging buffer, the next `len` bytes straight into the slab at `offset` of
+/// `slot`, anything beyond that (pad, ICRC) back in the staging buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landing {
+    /// Header bytes kept in the staging buffer.
+    pub head: u32,
+    /// Receiver-owned slab slot.
+    pub slot: u32,
+    /// Byte offset in the slot.
+    pub offset: u32,
+    /// Bytes that go to the slot.
+    pub len: u32,
+}
+
 /// A bound, non-blocking UDP socket with receive buffers for a batch.
 pub struct UdpIo {
     sock: UdpSocket,
+    // Per datagram: a staging buffer of 2 * MAX_DATAGRAM bytes; a scattered
+    // datagram's spill (what follows its slab part) lands at MAX_DATAGRAM.
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
     addrs: Vec<SocketAddrV4>,
     truncated: Vec<bool>,
+    landing: Vec<Option<Landing>>,
     // recvmmsg scratch, kept so the receive path (polled in a spin loop) does
     // not allocate; the pointers inside are rewritten before every call.
     names: Vec<libc::sockaddr_in>,
-    iovs: Vec<libc::iovec>,
+    iovs: Vec<[libc::iovec; 3]>,
     msgs: Vec<libc::mmsghdr>,
 }
 
@@ -102,16 +122,19 @@ impl UdpIo {
         let batch = batch.max(1);
         Ok(UdpIo {
             sock,
-            bufs: (0..batch).map(|_| vec![0u8; MAX_DATAGRAM]).collect(),
+            bufs: (0..batch).map(|_| vec![0u8; 2 * MAX_DATAGRAM]).collect(),
             lens: vec![0; batch],
             addrs: vec![SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); batch],
             truncated: vec![false; batch],
+            landing: vec![None; batch],
             // SAFETY: plain-data structs; zeroed is a valid initial value.
             names: (0..batch).map(|_| unsafe { std::mem::zeroed() }).collect(),
             iovs: (0..batch)
-                .map(|_| libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
+                .map(|_| {
+                    [libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    }; 3]
                 })
                 .collect(),
             // SAFETY: as above.
@@ -134,23 +157,70 @@ impl UdpIo {
     }
 
     /// Receives up to the batch size of datagrams without blocking; returns
-    /// how many (0 when none is waiting).
+    /// how many (0 when none is waiting). Each lands whole in its staging buffer.
     pub fn recv_batch(&mut self) -> Result<usize> {
+        self.recv_batch_into(None, &[])
+    }
+
+    /// Like [`recv_batch`](Self::recv_batch), but datagram `i < plan.len()`
+    /// is scattered as `plan[i]` says: its payload goes straight from the
+    /// socket into the slab, no second copy. A landing whose slab range is
+    /// not receiver-owned (loaned, or outside its slot) is ignored and that
+    /// datagram lands whole. Use [`head`](Self::head) / [`gather`](Self::gather)
+    /// to read scattered datagrams.
+    pub(crate) fn recv_batch_into(
+        &mut self,
+        slab: Option<&Slab>,
+        plan: &[Landing],
+    ) -> Result<usize> {
         let n = self.bufs.len();
         for i in 0..n {
-            self.iovs[i] = libc::iovec {
-                iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void,
-                iov_len: self.bufs[i].len(),
+            let buf = self.bufs[i].as_mut_ptr();
+            let landing = match (slab, plan.get(i)) {
+                (Some(slab), Some(l)) if (l.head as usize) < MAX_DATAGRAM => slab
+                    .receive_region(l.slot, l.offset, l.len)
+                    .map(|p| (*l, p)),
+                _ => None,
+            };
+            let iov = &mut self.iovs[i];
+            let used = match landing {
+                Some((l, body)) => {
+                    iov[0] = libc::iovec {
+                        iov_base: buf as *mut libc::c_void,
+                        iov_len: l.head as usize,
+                    };
+                    iov[1] = libc::iovec {
+                        iov_base: body.as_ptr() as *mut libc::c_void,
+                        iov_len: l.len as usize,
+                    };
+                    iov[2] = libc::iovec {
+                        // SAFETY: bufs[i] is 2 * MAX_DATAGRAM long.
+                        iov_base: unsafe { buf.add(MAX_DATAGRAM) } as *mut libc::c_void,
+                        iov_len: MAX_DATAGRAM,
+                    };
+                    self.landing[i] = Some(l);
+                    3
+                }
+                None => {
+                    iov[0] = libc::iovec {
+                        iov_base: buf as *mut libc::c_void,
+                        iov_len: MAX_DATAGRAM,
+                    };
+                    self.landing[i] = None;
+                    1
+                }
             };
             let m = &mut self.msgs[i].msg_hdr;
             m.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
             m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            m.msg_iov = &mut self.iovs[i];
-            m.msg_iovlen = 1;
+            m.msg_iov = iov.as_mut_ptr();
+            m.msg_iovlen = used;
             m.msg_flags = 0;
         }
         // SAFETY: msgs/iovs/names are valid for n entries and outlive the call;
-        // each iovec points into a buffer we own.
+        // each iovec points into a buffer we own or into a slab range that
+        // `receive_region` vouched is receiver-owned (the receive thread, our
+        // only caller, does not loan it before it has read this batch).
         let got = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
@@ -171,21 +241,86 @@ impl UdpIo {
         }
         let got = got as usize;
         for i in 0..got {
-            self.lens[i] = self.msgs[i].msg_len as usize;
-            self.truncated[i] = self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let len = self.msgs[i].msg_len as usize;
+            self.lens[i] = len;
+            // Scattered datagrams have room beyond MAX_DATAGRAM: cap them alike.
+            self.truncated[i] =
+                self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > MAX_DATAGRAM;
             self.addrs[i] = to_v4(&self.names[i]);
         }
         Ok(got)
     }
 
-    /// Datagram `i` of the last batch: payload, sender, and whether it was
-    /// truncated (larger than [`MAX_DATAGRAM`]).
+    /// Datagram `i` of the last batch: its bytes, sender, and whether it was
+    /// truncated (larger than [`MAX_DATAGRAM`]). For a scattered datagram
+    /// that is not gathered, only its head bytes.
     pub fn datagram(&self, i: usize) -> (&[u8], SocketAddrV4, bool) {
-        (
-            &self.bufs[i][..self.lens[i]],
-            self.addrs[i],
-            self.truncated[i],
-        )
+        let len = match self.landing[i] {
+            Some(l) => self.lens[i].min(l.head as usize),
+            None => self.lens[i].min(MAX_DATAGRAM),
+        };
+        (&self.bufs[i][..len], self.addrs[i], self.truncated[i])
+    }
+
+    /// Where datagram `i` of the last batch was scattered to (`None`: whole,
+    /// in its staging buffer, or gathered there).
+    pub fn landing(&self, i: usize) -> Option<Landing> {
+        self.landing[i]
+    }
+
+    /// Datagram `i`'s length on the wire.
+    pub fn len(&self, i: usize) -> usize {
+        self.lens[i]
+    }
+
+    /// The bytes of scattered datagram `i` that followed its slab part (pad
+    /// and ICRC), `&[]` for a whole one.
+    pub fn spill(&self, i: usize) -> &[u8] {
+        match self.landing[i] {
+            Some(l) => {
+                let n = self.lens[i]
+                    .saturating_sub((l.head + l.len) as usize)
+                    .min(MAX_DATAGRAM);
+                &self.bufs[i][MAX_DATAGRAM..MAX_DATAGRAM + n]
+            }
+            None => &[],
+        }
+    }
+
+    /// Copies scattered datagram `i` back together in its staging buffer
+    /// (the slow path when a landing guess was wrong); afterwards
+    /// [`datagram`](Self::datagram) returns it whole. Fails if its slab range
+    /// is no longer receiver-owned.
+    pub(crate) fn gather(&mut self, i: usize, slab: &Slab) -> Result<()> {
+        let Some(l) = self.landing[i] else {
+            return Ok(());
+        };
+        let len = self.lens[i].min(MAX_DATAGRAM);
+        let head = l.head as usize;
+        let body = len.saturating_sub(head).min(l.len as usize);
+        let spill = len.saturating_sub(head + body);
+        let buf = &mut self.bufs[i];
+        // Spill first: it moves down from MAX_DATAGRAM to head + body
+        // (len <= MAX_DATAGRAM keeps it in bounds; copy_within handles overlap).
+        buf.copy_within(MAX_DATAGRAM..MAX_DATAGRAM + spill, head + body);
+        let src = slab
+            .receive_region(l.slot, l.offset, body as u32)
+            .ok_or_else(|| {
+                Error::new(
+                    crate::ErrorKind::Internal,
+                    format!(
+                        "slot {} was loaned before its scattered datagram was read",
+                        l.slot
+                    ),
+                )
+            })?;
+        // SAFETY: receive_region vouched for `body` bytes of a receiver-owned
+        // range (the kernel wrote them in the last recvmmsg; nobody writes
+        // them now); the destination is our own staging buffer, disjoint.
+        let part = unsafe { std::slice::from_raw_parts(src.as_ptr(), body) };
+        buf[head..head + body].copy_from_slice(part);
+        self.landing[i] = None;
+        Ok(())
     }
 
     /// Sends datagrams (`(destination, bytes)`) with as few sendmmsg calls as

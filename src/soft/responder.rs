@@ -180,6 +180,19 @@ impl Responder {
         }
     }
 
+    /// The path MTU in bytes.
+    pub fn pmtu(&self) -> u32 {
+        self.cfg.pmtu
+    }
+    /// The message being reassembled: its slot and bytes so far.
+    pub fn partial(&self) -> Option<(u32, u32)> {
+        self.partial.map(|p| (p.slot, p.len))
+    }
+    /// Posted slots in the order message starts will take them.
+    pub fn free_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.free.iter().copied()
+    }
+
     fn reply(&mut self, syndrome: Syndrome, psn: u32) {
         match syndrome {
             Syndrome::Ack(_) => self.stats.acks += 1,

@@ -154,6 +154,10 @@ static void test_callback_mode_with_faults(void) {
     CHECK(s.frames == (uint64_t)N && s.bytes == (uint64_t)N * 1000);
     CHECK(s.duplicates > 0 && s.seq_naks_tx > 0);
     CHECK(s.loans_outstanding == 0);
+    /* Fields added in 1.1: each accepted packet placed once, mostly straight
+     * from the socket; the UDP socket checks no ICRC. */
+    CHECK(s.payload_direct + s.payload_copied == (uint64_t)N);
+    CHECK(s.payload_direct > 0 && s.icrc_checked == 0 && s.icrc_unchecked == s.packets_rx);
     /* A short stats struct gets a prefix. */
     rocev2_stats small;
     memset(&small, 0xff, sizeof small);

@@ -77,6 +77,7 @@ def test_hundred_thousand_frames_with_faults_through_the_pull_api():
         assert st["frames"] == n and st["bytes"] == n * 64
         assert st["duplicates"] > 0 and st["seq_naks_tx"] > 0
         assert st["loans_outstanding"] == 0
+        assert st["payload_direct"] + st["payload_copied"] == n
         assert s.getFrameCount() == n
 
 

@@ -279,16 +279,36 @@ pub struct Packet<'a> {
     pub icrc: u32,
 }
 
-impl<'a> Packet<'a> {
-    /// Parses a UDP payload (BTH through ICRC).
-    pub fn parse(b: &'a [u8]) -> Result<Packet<'a>, ParseError> {
-        if b.len() < BTH_LEN + ICRC_LEN {
+/// The headers of a packet, parsed without its payload: for packets whose
+/// bytes were scattered on receive (headers in one buffer, payload in the
+/// slab). [`Packet::parse`] is this plus the payload and ICRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headers {
+    /// The BTH.
+    pub bth: Bth,
+    /// The immediate (host order) for *_WITH_IMMEDIATE opcodes.
+    pub imm: Option<u32>,
+    /// The AETH for Acknowledge.
+    pub aeth: Option<Aeth>,
+    /// Bytes of headers (BTH + extension): where the payload starts.
+    pub len: usize,
+    /// Payload bytes without pad.
+    pub payload_len: usize,
+}
+
+impl Headers {
+    /// Parses the headers at the start of `head`, for a packet of `wire_len`
+    /// bytes (BTH through ICRC). `head` may be shorter than the packet but
+    /// must hold its headers (16 bytes are always enough).
+    pub fn parse(head: &[u8], wire_len: usize) -> Result<Headers, ParseError> {
+        let have = head.len().min(wire_len);
+        if have < BTH_LEN || wire_len < BTH_LEN + ICRC_LEN {
             return Err(ParseError::Truncated {
-                len: b.len(),
+                len: have,
                 need: BTH_LEN + ICRC_LEN,
             });
         }
-        let bth = Bth::parse(b);
+        let bth = Bth::parse(head);
         if bth.tver != 0 {
             return Err(ParseError::BadVersion(bth.tver));
         }
@@ -298,10 +318,13 @@ impl<'a> Packet<'a> {
             0
         };
         let need = BTH_LEN + ext + ICRC_LEN;
-        if b.len() < need {
-            return Err(ParseError::Truncated { len: b.len(), need });
+        if wire_len < need || have < BTH_LEN + ext {
+            return Err(ParseError::Truncated {
+                len: wire_len,
+                need,
+            });
         }
-        let e = &b[BTH_LEN..BTH_LEN + ext];
+        let e = &head[BTH_LEN..BTH_LEN + ext];
         let (imm, aeth) = if bth.opcode.has_imm() {
             (Some(u32::from_be_bytes([e[0], e[1], e[2], e[3]])), None)
         } else if bth.opcode.has_aeth() {
@@ -313,19 +336,33 @@ impl<'a> Packet<'a> {
         } else {
             (None, None)
         };
-        let body = &b[BTH_LEN + ext..b.len() - ICRC_LEN];
-        if bth.pad as usize > body.len() {
+        let body = wire_len - need;
+        if bth.pad as usize > body {
             return Err(ParseError::BadPad {
                 pad: bth.pad,
-                payload: body.len(),
+                payload: body,
             });
         }
-        let t = &b[b.len() - ICRC_LEN..];
-        Ok(Packet {
+        Ok(Headers {
             bth,
             imm,
             aeth,
-            payload: &body[..body.len() - bth.pad as usize],
+            len: BTH_LEN + ext,
+            payload_len: body - bth.pad as usize,
+        })
+    }
+}
+
+impl<'a> Packet<'a> {
+    /// Parses a UDP payload (BTH through ICRC).
+    pub fn parse(b: &'a [u8]) -> Result<Packet<'a>, ParseError> {
+        let h = Headers::parse(b, b.len())?;
+        let t = &b[b.len() - ICRC_LEN..];
+        Ok(Packet {
+            bth: h.bth,
+            imm: h.imm,
+            aeth: h.aeth,
+            payload: &b[h.len..h.len + h.payload_len],
             icrc: u32::from_le_bytes([t[0], t[1], t[2], t[3]]),
         })
     }
