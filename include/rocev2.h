@@ -51,6 +51,21 @@
 #define ROCEV2_UDP_PORT 4791
 
 /**
+ * icrc_check: verify received ICRCs when allowed (CAP_NET_RAW), else count them unchecked.
+ */
+#define ROCEV2_ICRC_AUTO 0
+
+/**
+ * icrc_check: never capture; received ICRCs are counted unchecked.
+ */
+#define ROCEV2_ICRC_OFF 1
+
+/**
+ * icrc_check: verify every received ICRC; fail without CAP_NET_RAW.
+ */
+#define ROCEV2_ICRC_REQUIRE 2
+
+/**
  * Status codes. 0 is success; every other value comes with a message from
  * `rocev2_last_error` on the same thread.
  */
@@ -199,9 +214,12 @@ typedef struct {
    */
   uint16_t peer_udp_port;
   /**
-   * Reserved, 0.
+   * Soft backend: received ICRCs (ROCEV2_ICRC_AUTO, the default: checked
+   * through raw capture when the process has CAP_NET_RAW, else counted
+   * unchecked; ROCEV2_ICRC_OFF; ROCEV2_ICRC_REQUIRE: server creation fails
+   * without CAP_NET_RAW). Was `reserved` (0) before 1.1.
    */
-  uint16_t reserved;
+  uint16_t icrc_check;
   /**
    * Device name, e.g. "mlx5_0" or "rxe0", or "soft" for the userspace
    * backend (NUL-terminated; copied).

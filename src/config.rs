@@ -118,6 +118,50 @@ impl RnrTimer {
     }
 }
 
+/// Soft backend: what happens to the ICRC of received packets. A UDP socket
+/// does not see the IP header the ICRC covers; a raw capture (AF_PACKET)
+/// socket does, but needs CAP_NET_RAW.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IcrcCheck {
+    /// Verify through raw capture when the process may (CAP_NET_RAW),
+    /// otherwise receive on the UDP socket and count packets `icrc_unchecked`
+    /// (logged once at server creation).
+    #[default]
+    Auto,
+    /// Never capture: receive on the UDP socket, ICRCs unchecked.
+    Off,
+    /// Verify every ICRC; server creation fails if raw capture is not allowed.
+    Require,
+}
+
+impl IcrcCheck {
+    /// From the C API code (0 auto, 1 off, 2 require).
+    pub fn from_code(code: u32) -> Result<IcrcCheck> {
+        match code {
+            0 => Ok(IcrcCheck::Auto),
+            1 => Ok(IcrcCheck::Off),
+            2 => Ok(IcrcCheck::Require),
+            _ => Err(Error::invalid(format!(
+                "icrc_check {code} is not valid: use 0 (auto), 1 (off) or 2 (require)"
+            ))),
+        }
+    }
+}
+
+impl std::str::FromStr for IcrcCheck {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<IcrcCheck> {
+        match s {
+            "auto" => Ok(IcrcCheck::Auto),
+            "off" => Ok(IcrcCheck::Off),
+            "require" => Ok(IcrcCheck::Require),
+            _ => Err(Error::invalid(format!(
+                "ICRC check {s:?} is not valid: use auto, off or require"
+            ))),
+        }
+    }
+}
+
 /// Which device to open (rogue's `Core`): an ibverbs device by name, or the
 /// userspace `soft` backend bound to an address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +181,8 @@ pub struct DeviceConfig {
     /// 4791, the RoCEv2 port; 0 = reply to each packet's source port, for
     /// emulators on ephemeral ports).
     pub peer_udp_port: u16,
+    /// Soft backend: check received ICRCs (default [`IcrcCheck::Auto`]).
+    pub icrc_check: IcrcCheck,
 }
 
 impl DeviceConfig {
@@ -149,6 +195,7 @@ impl DeviceConfig {
             bind_addr: "127.0.0.1".into(),
             udp_port: ROCE_UDP_PORT,
             peer_udp_port: ROCE_UDP_PORT,
+            icrc_check: IcrcCheck::Auto,
         }
     }
     /// The soft backend on `bind_addr`, any free UDP port (reported in the host

@@ -41,8 +41,8 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 pub use config::{
-    ConnectParams, DeviceConfig, HostParams, Mtu, RnrTimer, ServerConfig, DEFAULT_MAX_PAYLOAD,
-    DEFAULT_MIN_RNR_TIMER, DEFAULT_PMTU, DEFAULT_RX_QUEUE_DEPTH,
+    ConnectParams, DeviceConfig, HostParams, IcrcCheck, Mtu, RnrTimer, ServerConfig,
+    DEFAULT_MAX_PAYLOAD, DEFAULT_MIN_RNR_TIMER, DEFAULT_PMTU, DEFAULT_RX_QUEUE_DEPTH,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use gid::{detect_gid_index, host_ip_from_gid, Gid};

@@ -94,7 +94,9 @@ fn clean_stream_of_multi_packet_frames() {
     let s = server.stats();
     assert_eq!((s.frames, s.bytes), (3000, 3000 * 9000));
     assert_eq!(s.malformed + s.foreign_packets + s.invalid_naks_tx, 0);
-    assert_eq!(s.icrc_unchecked, s.packets_rx);
+    // Checked by raw capture where allowed (the default, auto), else not.
+    assert_eq!(s.icrc_unchecked + s.icrc_checked, s.packets_rx);
+    assert_eq!(s.icrc_errors, 0);
     // Every accepted packet (3 per 9000-byte frame at pmtu 4096) was placed
     // exactly once: straight from the socket, or copied after a missed guess.
     assert_eq!(s.payload_direct + s.payload_copied, 3 * 3000);
@@ -110,6 +112,7 @@ fn hundred_thousand_frames_with_faults_both_ways_arrive_exactly_once_in_order() 
         drop: 0.01,
         duplicate: 0.01,
         reorder: 0.01,
+        ..Default::default()
     };
     let (server, mut emu) = setup(256, 4096, faults);
     let (cb, err, count) = checker(&CH);

@@ -118,3 +118,100 @@ fn cli_errors_are_clear() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("verify           : OK"));
 }
+
+/// Received ICRCs through the CLI: checked by raw capture with CAP_NET_RAW,
+/// and without it (the capability dropped with setpriv) `auto` falls back to
+/// unchecked while `require` refuses with an error that says what to do.
+#[test]
+fn icrc_check_modes_follow_cap_net_raw() {
+    let exe = env!("CARGO_BIN_EXE_rocev2");
+    let demo = |pre: &[&str], mode: &str| {
+        let mut args: Vec<&str> = pre.to_vec();
+        args.extend([
+            exe,
+            "demo",
+            "--frames",
+            "3000",
+            "--size",
+            "2000",
+            "--icrc-check",
+            mode,
+        ]);
+        Command::new(args[0]).args(&args[1..]).output().unwrap()
+    };
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let o = demo(&[], "off");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ICRC 0 checked, 3000 unchecked"),
+        "{}",
+        text(&o)
+    );
+    if !rocev2::soft::raw_capture_allowed() {
+        assert!(
+            std::env::var_os("ROCEV2_REQUIRE_RAW").is_none(),
+            "ROCEV2_REQUIRE_RAW is set but raw capture is not allowed"
+        );
+        eprintln!("no CAP_NET_RAW: the checked-ICRC half of this test is not run");
+        return;
+    }
+    let o = demo(&[], "require");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ICRC 3000 checked, 0 unchecked"),
+        "{}",
+        text(&o)
+    );
+    // A corrupting link: the check drops the damaged packets, the emulator
+    // resends them, every byte still verifies.
+    let o = Command::new(exe)
+        .args([
+            "demo",
+            "--frames",
+            "3000",
+            "--size",
+            "2000",
+            "--icrc-check",
+            "require",
+        ])
+        .args(["--faults", "corrupt=0.05", "--seed", "7"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("verify           : OK"), "{}", text(&o));
+    // Every corrupted packet was caught (nothing else is lost on loopback).
+    let number_before = |t: &str, word: &str| -> u64 {
+        let at = t.find(word).unwrap_or_else(|| panic!("no {word:?} in {t}"));
+        t[..at].split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let t = text(&o);
+    let corrupted = number_before(&t, " corrupted");
+    assert!(corrupted > 50, "{t}");
+    assert_eq!(
+        number_before(&t, " packets dropped for a bad ICRC"),
+        corrupted,
+        "{t}"
+    );
+    // Without CAP_NET_RAW (when setpriv is there to drop it).
+    let setpriv = ["setpriv", "--inh-caps=-net_raw", "--bounding-set=-net_raw"];
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("setpriv not installed: the no-CAP_NET_RAW half is not run");
+        return;
+    }
+    let o = demo(&setpriv, "auto");
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("ICRC 0 checked, 3000 unchecked"),
+        "{}",
+        text(&o)
+    );
+    let o = demo(&setpriv, "require");
+    assert!(!o.status.success());
+    assert!(text(&o).contains("CAP_NET_RAW"), "{}", text(&o));
+}

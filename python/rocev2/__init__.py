@@ -62,10 +62,14 @@ class Rocev2Error(RuntimeError):
         self.status_name = _STATUS_NAMES.get(status, f"status {status}")
 
 
+# ServerCfg.icrcCheck -> rocev2_device_config.icrc_check (ROCEV2_ICRC_*).
+_ICRC_CHECK = {"auto": 0, "off": 1, "require": 2}
+
+
 class _DeviceConfig(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("ib_port", ctypes.c_uint8),
                 ("gid_index", ctypes.c_uint8), ("udp_port", ctypes.c_uint16),
-                ("peer_udp_port", ctypes.c_uint16), ("reserved", ctypes.c_uint16),
+                ("peer_udp_port", ctypes.c_uint16), ("icrc_check", ctypes.c_uint16),
                 ("name", ctypes.c_char_p), ("bind_addr", ctypes.c_char_p)]
 
 
@@ -374,8 +378,11 @@ class ServerCfg:
     stopTimeoutMs: int = 5000
     cpuAffinity: int = -1
     mrRemoteWrite: bool = False
+    icrcCheck: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.icrcCheck not in _ICRC_CHECK:
+            raise Rocev2Error(1, f"icrcCheck must be one of {sorted(_ICRC_CHECK)}; got {self.icrcCheck!r}")
         socket.inet_aton(self.ip)
         if self.maxPayload is None:
             self.maxPayload = DEFAULT_MAX_PAYLOAD
@@ -508,6 +515,7 @@ class Server:
         dc.bind_addr = cfg.bindAddr.encode()
         dc.udp_port = cfg.udpPort
         dc.peer_udp_port = cfg.peerUdpPort
+        dc.icrc_check = _ICRC_CHECK[cfg.icrcCheck]
         _check(library.rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
         try:
             sc = _ServerConfig()

@@ -25,12 +25,15 @@ commands:
   demo      soft server and FPGA emulator in one process over loopback: streams
             frames, verifies every byte and the order, prints throughput
               --frames N (200000) --size BYTES (4096) --channels 0,1,2,3
-              --depth SLOTS (256) --pmtu 1..5 (5) --faults drop=P,dup=P,reorder=P
+              --depth SLOTS (256) --pmtu 1..5 (5) --faults drop=P,dup=P,reorder=P,corrupt=P
               --seed N --udp-ceiling SECONDS (also measure raw loopback UDP)
+              --icrc-check auto|off|require (auto: verify received ICRCs by raw
+              capture when allowed, CAP_NET_RAW)
   recv      run a server; prints its host params as one JSON line, then counts
             (and with --verify checks) frames
               --device soft|NAME (soft) --bind IP (127.0.0.1) --port N (4791; 0 = any)
               --peer-port N (4791; 0 = reply to the source port) --fpga-ip IP
+              --icrc-check auto|off|require (auto)
               --fpga-qpn N|- (- = read from stdin) --fpga-psn N (host SQ PSN) --pmtu 1..5 --rnr 0..31 (12)
               --depth SLOTS --max-payload BYTES (9000) --gid-index N
               --frames N (stop after N) --idle-timeout SECONDS (10) --out FILE --verify
@@ -123,9 +126,10 @@ fn faults(o: &Opts) -> Result<Faults, String> {
                 "drop" => f.drop = p,
                 "dup" | "duplicate" => f.duplicate = p,
                 "reorder" => f.reorder = p,
+                "corrupt" => f.corrupt = p,
                 _ => {
                     return Err(format!(
-                        "--faults: unknown fault {k:?} (drop, dup, reorder)"
+                        "--faults: unknown fault {k:?} (drop, dup, reorder, corrupt)"
                     ))
                 }
             }
@@ -195,8 +199,11 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     if size < 8 {
         return Err("--size must be at least 8 (the pattern carries a sequence number)".into());
     }
-    let dev =
-        Device::open(&DeviceConfig::soft_ephemeral("127.0.0.1")).map_err(|e| e.to_string())?;
+    let dev = Device::open(&DeviceConfig {
+        icrc_check: icrc_check(o)?,
+        ..DeviceConfig::soft_ephemeral("127.0.0.1")
+    })
+    .map_err(|e| e.to_string())?;
     let server = Server::create(
         &dev,
         &ServerConfig {
@@ -287,8 +294,8 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     );
     if f.any() {
         println!(
-            "faults injected  : {} dropped, {} duplicated, {} reordered",
-            e.dropped, e.duplicated, e.reordered
+            "faults injected  : {} dropped, {} duplicated, {} reordered, {} corrupted",
+            e.dropped, e.duplicated, e.reordered, e.corrupted
         );
     }
     println!(
@@ -300,6 +307,12 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
          ICRC {} checked, {} unchecked",
         s.payload_direct, s.payload_copied, s.icrc_checked, s.icrc_unchecked
     );
+    if s.icrc_errors > 0 {
+        println!(
+            "ICRC errors      : {} packets dropped for a bad ICRC (resent by the emulator)",
+            s.icrc_errors
+        );
+    }
     if let Some(secs) = o.get("udp-ceiling") {
         let secs: f64 = secs
             .parse()
@@ -335,12 +348,19 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     }
 }
 
+fn icrc_check(o: &Opts) -> Result<rocev2::IcrcCheck, String> {
+    o.get("icrc-check")
+        .map(|v| v.parse().map_err(|e: rocev2::Error| e.to_string()))
+        .unwrap_or(Ok(rocev2::IcrcCheck::Auto))
+}
+
 fn recv(o: &Opts) -> Result<ExitCode, String> {
     let mut dc = DeviceConfig::new(o.get("device").map(String::as_str).unwrap_or("soft"));
     dc.bind_addr = o.get("bind").cloned().unwrap_or_else(|| "127.0.0.1".into());
     dc.udp_port = num(o, "port", 4791u16)?;
     dc.peer_udp_port = num(o, "peer-port", 4791u16)?;
     dc.gid_index = num(o, "gid-index", 0u8)?;
+    dc.icrc_check = icrc_check(o)?;
     let dev = Device::open(&dc).map_err(|e| e.to_string())?;
     let cfg = ServerConfig {
         max_payload: num(o, "max-payload", 9000u32)?,
@@ -524,19 +544,52 @@ fn bench(o: &Opts) -> Result<ExitCode, String> {
         "{:<44} {:>26} {:>34} {:>7} {:>7}",
         "figure", "value", "reference", "ratio", "goal"
     );
-    for size in [1024usize, 4096, 8192] {
-        let r = soft_end_to_end(size, frames, rocev2::Mtu::Mtu4096, 256).map_err(e)?;
+    // Received ICRCs: unchecked rows (UDP socket), plus one row verifying
+    // every received ICRC by raw capture where this process may (CAP_NET_RAW).
+    let raw_ok = rocev2::soft::raw_capture_allowed();
+    let mut rows = vec![
+        (1024usize, rocev2::IcrcCheck::Off),
+        (4096, rocev2::IcrcCheck::Off),
+        (8192, rocev2::IcrcCheck::Off),
+    ];
+    if raw_ok {
+        rows.push((4096, rocev2::IcrcCheck::Require));
+    }
+    let mut cpu_rows = Vec::new();
+    for (size, icrc) in rows {
+        let run = soft_end_to_end(size, frames, rocev2::Mtu::Mtu4096, 256, icrc).map_err(e)?;
+        let r = run.rate;
         let pkts = size.div_ceil(4096) as f64;
         let dg = Packet::wire_len(Opcode::SendOnlyImm, size.min(4096));
         let c = udp_ceiling(dg, secs).map_err(e)?;
+        let rx = if icrc == rocev2::IcrcCheck::Off {
+            ""
+        } else {
+            ", rx ICRC checked"
+        };
         println!(
             "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
-            format!("soft e2e, {size} B frames, pmtu 4096"),
+            format!("soft e2e, {size} B frames{rx}"),
             format!("{:.2} Gbit/s {:.0} f/s", r.gbit, r.per_sec),
             format!("UDP {dg} B: {:.2} Gbit/s {:.0} dg/s", c.gbit, c.per_sec),
             r.per_sec * pkts / c.per_sec,
             ">=0.8"
         );
+        cpu_rows.push((size, rx, run));
+    }
+    for (size, rx, run) in cpu_rows {
+        // At the emulator's pace each thread's share of a core is ns * rate.
+        println!(
+            "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
+            format!("  CPU per frame, {size} B{rx}"),
+            format!("server {:.0} ns", run.server_ns),
+            format!("emulator {:.0} ns", run.emulator_ns),
+            run.server_ns / run.emulator_ns,
+            "",
+        );
+    }
+    if !raw_ok {
+        println!("(no CAP_NET_RAW: the row with received ICRCs checked by raw capture is skipped)");
     }
     let ns = dispatch_ns_per_frame(frames.max(1_000_000), 256).map_err(e)?;
     println!(

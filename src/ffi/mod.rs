@@ -44,6 +44,12 @@ pub const ROCEV2_DEFAULT_PMTU: u32 = 5;
 pub const ROCEV2_DEFAULT_MIN_RNR_TIMER: u32 = 1;
 /// The RoCEv2 UDP port.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
+/// icrc_check: verify received ICRCs when allowed (CAP_NET_RAW), else count them unchecked.
+pub const ROCEV2_ICRC_AUTO: u16 = 0;
+/// icrc_check: never capture; received ICRCs are counted unchecked.
+pub const ROCEV2_ICRC_OFF: u16 = 1;
+/// icrc_check: verify every received ICRC; fail without CAP_NET_RAW.
+pub const ROCEV2_ICRC_REQUIRE: u16 = 2;
 
 // The C constants are literals (cbindgen cannot evaluate paths); keep them equal.
 const _: () = {
@@ -141,8 +147,11 @@ pub struct rocev2_device_config {
     /// Soft backend: the FPGA's UDP port, where ACKs go (default 4791; 0 =
     /// reply to each packet's source port).
     pub peer_udp_port: u16,
-    /// Reserved, 0.
-    pub reserved: u16,
+    /// Soft backend: received ICRCs (ROCEV2_ICRC_AUTO, the default: checked
+    /// through raw capture when the process has CAP_NET_RAW, else counted
+    /// unchecked; ROCEV2_ICRC_OFF; ROCEV2_ICRC_REQUIRE: server creation fails
+    /// without CAP_NET_RAW). Was `reserved` (0) before 1.1.
+    pub icrc_check: u16,
     /// Device name, e.g. "mlx5_0" or "rxe0", or "soft" for the userspace
     /// backend (NUL-terminated; copied).
     pub name: *const c_char,
@@ -427,7 +436,7 @@ pub unsafe extern "C" fn rocev2_device_config_init(
             gid_index: 0,
             udp_port: crate::config::ROCE_UDP_PORT,
             peer_udp_port: crate::config::ROCE_UDP_PORT,
-            reserved: 0,
+            icrc_check: ROCEV2_ICRC_AUTO,
             name: std::ptr::null(),
             bind_addr: std::ptr::null(),
         };
@@ -472,6 +481,7 @@ pub unsafe extern "C" fn rocev2_device_open(
         dc.gid_index = c.gid_index;
         dc.udp_port = c.udp_port;
         dc.peer_udp_port = c.peer_udp_port;
+        dc.icrc_check = crate::config::IcrcCheck::from_code(c.icrc_check as u32)?;
         if !c.bind_addr.is_null() {
             // SAFETY: as above.
             dc.bind_addr = unsafe { c_str(c.bind_addr, "cfg->bind_addr") }?.to_string();

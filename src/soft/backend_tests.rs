@@ -20,17 +20,27 @@ struct Rig {
     be: SoftBackend,
     slab: Arc<Slab>,
     counters: Arc<Counters>,
-    fpga: UdpSocket,
+    // Sends with DF and IP ID 0 (IP_PMTUDISC_DO), as NICs and the emulator
+    // do: the ICRC covers the IP ID.
+    fpga: UdpIo,
     to: SocketAddrV4,
     psn: u32,
 }
 
 fn rig(slots: u32, slot_size: u32, pmtu_code: u32) -> Rig {
+    rig_with(slots, slot_size, pmtu_code, IcrcCheck::Off)
+}
+
+fn rig_with(slots: u32, slot_size: u32, pmtu_code: u32, icrc: IcrcCheck) -> Rig {
     let slab = Arc::new(Slab::new(slot_size, slots).unwrap());
     let counters = Arc::new(Counters::default());
-    let dev = SoftDevice::open(&crate::config::DeviceConfig::soft_ephemeral("127.0.0.1")).unwrap();
+    let dev = SoftDevice::open(&crate::config::DeviceConfig {
+        icrc_check: icrc,
+        ..crate::config::DeviceConfig::soft_ephemeral("127.0.0.1")
+    })
+    .unwrap();
     let mut be = SoftBackend::create(&dev, &slab, &counters).unwrap();
-    let fpga = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let fpga = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1).unwrap();
     let p = ConnectParams::new(FPGA_QPN, PSN0, pmtu_code, 12).unwrap();
     be.connect(&p, crate::gid::Gid::from_ipv4(Ipv4Addr::LOCALHOST), 0)
         .unwrap();
@@ -58,14 +68,16 @@ impl Rig {
     }
     /// Sends one packet with an explicit PSN (ICRC sealed, as a NIC would).
     fn send_at(&self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8]) {
+        self.send_raw(op, psn, imm, data, 0)
+    }
+    /// As [`Rig::send_at`], with `flip` XORed into the last payload byte
+    /// after the ICRC was sealed.
+    fn send_raw(&self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8], flip: u8) {
         let mut bth = Bth::new(op, self.qpn(), psn);
         bth.ack_req = true;
         let mut buf = vec![0u8; Packet::wire_len(op, data.len())];
         wire::emit(&bth, imm, None, data, &mut buf);
-        let from = match self.fpga.local_addr().unwrap() {
-            std::net::SocketAddr::V4(a) => a,
-            _ => unreachable!(),
-        };
+        let from = self.fpga.local_addr().unwrap();
         Ipv4Udp {
             src: *from.ip(),
             dst: *self.to.ip(),
@@ -75,7 +87,9 @@ impl Rig {
             dst_port: self.to.port(),
         }
         .seal(&mut buf);
-        self.fpga.send_to(&buf, self.to).unwrap();
+        let n = buf.len();
+        buf[n - wire::ICRC_LEN - 1] ^= flip;
+        assert_eq!(self.fpga.send_batch(&[(self.to, &buf[..])]).unwrap(), 1);
     }
     /// Sends a message as the FPGA does (ONLY, or FIRST/MIDDLE/LAST_IMM).
     fn send_msg(&mut self, data: &[u8], imm: u32, pmtu: usize) {
@@ -103,7 +117,12 @@ impl Rig {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert_eq!(out.len(), want, "completions");
+        assert_eq!(
+            out.len(),
+            want,
+            "completions; {:?}",
+            self.counters.snapshot(0)
+        );
         out
     }
     fn check(&self, c: &Completion, want: &[u8], imm: u32) {
@@ -238,4 +257,76 @@ fn frames_beyond_the_posted_slots_get_rnr_and_never_touch_loaned_slots() {
         assert!(held == &f[k][..], "loaned slot {slot} was written");
     }
     assert_eq!(r.counts(), (2, 0));
+}
+
+/// Raw capture needs CAP_NET_RAW. Without it these tests have nothing to
+/// run on, unless ROCEV2_REQUIRE_RAW is set (CI as root): then they fail.
+fn raw_allowed() -> bool {
+    if super::raw_capture_allowed() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("ROCEV2_REQUIRE_RAW").is_none(),
+        "ROCEV2_REQUIRE_RAW is set but raw capture is not allowed (CAP_NET_RAW)"
+    );
+    eprintln!("raw capture not allowed (no CAP_NET_RAW): raw-mode test not run");
+    false
+}
+
+#[test]
+fn raw_capture_checks_every_icrc_and_drops_corrupted_packets() {
+    if !raw_allowed() {
+        return;
+    }
+    let mut r = rig_with(8, 4096, 5, IcrcCheck::Require);
+    assert!(r.be.io.raw_capture());
+    let f: Vec<Vec<u8>> = (0..3).map(|k| payload(k, 4000 + k as usize)).collect();
+    r.send_msg(&f[0], 0, 4096);
+    // Frame 1 corrupted on the way: dropped for its ICRC, never delivered ...
+    r.send_raw(Opcode::SendOnlyImm, r.psn, Some(1), &f[1], 0x40);
+    let done = r.poll(1);
+    r.check(&done[0], &f[0], 0);
+    let s = r.counters.snapshot(0);
+    assert_eq!((s.icrc_checked, s.icrc_errors, s.icrc_unchecked), (1, 1, 0));
+    assert_eq!(s.packets_rx, 2, "our own ACKs on lo are not captured");
+    // ... until the requester resends it intact.
+    r.send_msg(&f[1], 1, 4096);
+    r.send_msg(&f[2], 2, 4096);
+    let done = r.poll(2);
+    r.check(&done[0], &f[1], 1);
+    r.check(&done[1], &f[2], 2);
+    let s = r.counters.snapshot(0);
+    assert_eq!((s.icrc_checked, s.icrc_errors), (3, 1));
+    assert_eq!(s.frames, 0, "the core counts frames, not the backend");
+    assert!(s.payload_direct >= 2, "{s:?}");
+}
+
+#[test]
+fn raw_capture_sees_only_our_port_and_reads_multi_packet_frames() {
+    if !raw_allowed() {
+        return;
+    }
+    let mut r = rig_with(8, 8192, 3, IcrcCheck::Require);
+    // Traffic to another port on the same address is not ours to see.
+    let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let other = match other.local_addr().unwrap() {
+        std::net::SocketAddr::V4(a) => a,
+        _ => unreachable!(),
+    };
+    assert_eq!(r.fpga.send_batch(&[(other, &[0u8; 64][..])]).unwrap(), 1);
+    // Multi-packet frames (pmtu 1024: FIRST/MIDDLE/LAST_IMM, pad included).
+    let f: Vec<Vec<u8>> = (0..4).map(|k| payload(k, 3001 + k as usize)).collect();
+    for (k, x) in f.iter().enumerate() {
+        r.send_msg(x, k as u32, 1024);
+    }
+    let done = r.poll(4);
+    for (k, c) in done.iter().enumerate() {
+        r.check(c, &f[k], k as u32);
+    }
+    let s = r.counters.snapshot(0);
+    // 3 packets per frame; nothing else (not the other port's datagram, not
+    // our own ACKs leaving on lo) was captured.
+    assert_eq!(s.packets_rx, 12, "{s:?}");
+    assert_eq!((s.icrc_checked, s.icrc_errors, s.malformed), (12, 0, 0));
+    assert_eq!(s.payload_direct + s.payload_copied, 12);
 }

@@ -21,6 +21,21 @@ pub struct Rate {
     pub gbit: f64,
 }
 
+/// A soft end-to-end run: the rate, and the CPU time per frame of its two
+/// threads (a steadier figure than the rate on a shared machine, and the
+/// profile of where the time goes).
+#[derive(Debug, Clone, Copy)]
+pub struct EndToEnd {
+    /// Frames through to the consumer.
+    pub rate: Rate,
+    /// The server's receive thread (socket, responder, ACKs, dispatch,
+    /// consumer callback, re-post), ns of CPU per frame.
+    pub server_ns: f64,
+    /// The FPGA emulator's thread (packets, ICRC, sendmmsg, ACK handling),
+    /// ns of CPU per frame.
+    pub emulator_ns: f64,
+}
+
 impl Rate {
     /// `count` items of `bytes` each in `elapsed`.
     pub fn of(count: u64, bytes: u64, elapsed: Duration) -> Rate {
@@ -74,12 +89,24 @@ pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
 /// loopback UDP -> responder -> slab -> loan -> counting callback -> release
 /// -> re-post, with ICRC on every packet sent and every ACK. Frames of
 /// `size` bytes, `frames` of them; returns the consumer's frame rate.
-pub fn soft_end_to_end(size: usize, frames: u64, pmtu: crate::Mtu, depth: u32) -> Result<Rate> {
+/// `icrc` picks how the server reads packets: `Off` from the UDP socket,
+/// `Require` by raw capture with every received ICRC verified.
+pub fn soft_end_to_end(
+    size: usize,
+    frames: u64,
+    pmtu: crate::Mtu,
+    depth: u32,
+    icrc: crate::IcrcCheck,
+) -> Result<EndToEnd> {
     use crate::soft::emulator::{EmulatorConfig, FpgaEmulator};
+    use crate::sys::thread_cpu_time;
     use crate::{ConnectParams, Device, DeviceConfig, Server, ServerConfig};
     use std::sync::atomic::AtomicU64;
     let server = Server::create(
-        &Device::open(&DeviceConfig::soft_ephemeral("127.0.0.1"))?,
+        &Device::open(&DeviceConfig {
+            icrc_check: icrc,
+            ..DeviceConfig::soft_ephemeral("127.0.0.1")
+        })?,
         &ServerConfig {
             max_payload: size as u32,
             rx_queue_depth: depth,
@@ -93,12 +120,24 @@ pub fn soft_end_to_end(size: usize, frames: u64, pmtu: crate::Mtu, depth: u32) -
     server.set_fpga_gid(emu.gid())?;
     let count = Arc::new(AtomicU64::new(0));
     let c2 = count.clone();
+    // The receive thread's CPU clock at the first and the last frame.
+    let cpu = Arc::new(std::sync::Mutex::new((Duration::ZERO, Duration::ZERO)));
+    let cpu2 = cpu.clone();
     server.set_frame_callback(move |f| {
-        c2.fetch_add(1, Ordering::Relaxed);
+        let n = c2.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 || n == frames {
+            let t = thread_cpu_time();
+            let mut c = cpu2.lock().unwrap();
+            if n == 1 {
+                c.0 = t;
+            }
+            c.1 = t;
+        }
         drop(f);
     })?;
     server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, pmtu.code(), 1)?)?;
     let template = crate::soft::pattern::make(0, size);
+    let emu_cpu0 = thread_cpu_time();
     let t0 = Instant::now();
     emu.stream_with(
         frames,
@@ -108,12 +147,18 @@ pub fn soft_end_to_end(size: usize, frames: u64, pmtu: crate::Mtu, depth: u32) -
         Duration::from_secs(600),
         |_| {},
     )?;
+    let emu_cpu = thread_cpu_time() - emu_cpu0;
     while count.load(Ordering::Relaxed) < frames && t0.elapsed() < Duration::from_secs(600) {
         std::thread::yield_now();
     }
     let elapsed = t0.elapsed();
     let n = count.load(Ordering::Relaxed);
-    Ok(Rate::of(n, n * size as u64, elapsed))
+    let (first, last) = *cpu.lock().unwrap();
+    Ok(EndToEnd {
+        rate: Rate::of(n, n * size as u64, elapsed),
+        server_ns: (last - first).as_nanos() as f64 / n.saturating_sub(1).max(1) as f64,
+        emulator_ns: emu_cpu.as_nanos() as f64 / n.max(1) as f64,
+    })
 }
 
 /// GB/s of the ICRC (pseudo-header + payload) over `len`-byte SEND packets

@@ -41,12 +41,16 @@ pub struct Faults {
     pub duplicate: f64,
     /// Probability of delaying a packet behind the next one.
     pub reorder: f64,
+    /// Probability of flipping one bit of a sent packet after its ICRC was
+    /// computed (a corrupting link): only a receiver that checks ICRCs (raw
+    /// capture) can tell; on an unchecked one the frame arrives damaged.
+    pub corrupt: f64,
 }
 
 impl Faults {
     /// True when any fault is enabled.
     pub fn any(&self) -> bool {
-        self.drop > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0
+        self.drop > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0 || self.corrupt > 0.0
     }
 }
 
@@ -128,6 +132,8 @@ pub struct EmulatorStats {
     pub duplicated: u64,
     /// Reordered.
     pub reordered: u64,
+    /// Corrupted (one bit flipped behind the ICRC).
+    pub corrupted: u64,
 }
 
 struct Rng(u64);
@@ -258,6 +264,12 @@ impl FpgaEmulator {
             wire::emit(&bth, p.imm, None, p.payload, &mut buf[HEADROOM..]);
             ctx.seal_in_headroom(&mut buf);
             n += 1;
+            if self.rng.chance(f.corrupt) {
+                // A bit of the payload (or, without one, of the BTH's PSN).
+                self.stats.corrupted += 1;
+                let at = buf.len() - wire::ICRC_LEN - 1;
+                buf[at] ^= 0x10;
+            }
             if self.rng.chance(f.drop) {
                 self.stats.dropped += 1;
                 self.spare.push(buf);

@@ -36,7 +36,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::config::{ConnectParams, DeviceConfig, MAX_24BIT};
+use crate::config::{ConnectParams, DeviceConfig, IcrcCheck, MAX_24BIT};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
 use crate::server::{Backend, BackendInfo, Completion, CompletionKind, Counters, POLL_BATCH};
@@ -46,11 +46,20 @@ use responder::{DropReason, Responder, ResponderConfig, Verdict};
 use wire::icrc::{Ipv4Udp, HEADROOM};
 use wire::{Aeth, Bth, Headers, Opcode, Packet};
 
+/// True when this process may open the raw capture socket that checks
+/// received ICRCs (CAP_NET_RAW in its network namespace).
+pub fn raw_capture_allowed() -> bool {
+    UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1)
+        .and_then(|mut io| io.enable_raw_capture())
+        .is_ok()
+}
+
 /// The soft "device": where to bind.
 #[derive(Debug, Clone)]
 pub struct SoftDevice {
     bind: SocketAddrV4,
     peer_udp_port: u16,
+    icrc_check: IcrcCheck,
 }
 
 impl SoftDevice {
@@ -80,6 +89,7 @@ impl SoftDevice {
         Ok(SoftDevice {
             bind: SocketAddrV4::new(ip, cfg.udp_port),
             peer_udp_port: cfg.peer_udp_port,
+            icrc_check: cfg.icrc_check,
         })
     }
     /// Display name.
@@ -141,8 +151,23 @@ impl SoftBackend {
         slab: &Arc<Slab>,
         counters: &Arc<Counters>,
     ) -> Result<SoftBackend> {
-        let io = UdpIo::bind(dev.bind, POLL_BATCH)?;
+        let mut io = UdpIo::bind(dev.bind, POLL_BATCH)?;
         let local = io.local_addr()?;
+        match dev.icrc_check {
+            IcrcCheck::Off => log::info!(
+                "soft backend {local}: ICRC check off: received ICRCs are counted unchecked"
+            ),
+            IcrcCheck::Auto | IcrcCheck::Require => match io.enable_raw_capture() {
+                Ok(ifname) => log::info!(
+                    "soft backend {local}: raw capture on {ifname}: every received ICRC is checked"
+                ),
+                Err(e) if dev.icrc_check == IcrcCheck::Require => return Err(e),
+                Err(e) => log::info!(
+                    "soft backend {local}: received ICRCs are not checked (counted icrc_unchecked): {}",
+                    e.message()
+                ),
+            },
+        }
         Ok(SoftBackend {
             io,
             local,
@@ -339,7 +364,17 @@ impl Backend for SoftBackend {
                     (pkt.bth, pkt.imm, pkt.payload.len(), None)
                 }
             };
-            c.icrc_unchecked.fetch_add(1, Ordering::Relaxed);
+            match self.io.icrc_ok(i, &self.slab) {
+                None => c.icrc_unchecked.fetch_add(1, Ordering::Relaxed),
+                Some(true) => c.icrc_checked.fetch_add(1, Ordering::Relaxed),
+                Some(false) => {
+                    // Corrupted on the way: drop it; the requester resends
+                    // (after our sequence NAK for the next one, or its timeout).
+                    c.icrc_errors.fetch_add(1, Ordering::Relaxed);
+                    log::debug!("bad ICRC on PSN {:#08x} from {from}: dropped", bth.psn);
+                    continue;
+                }
+            };
             reply_port = Some(from.port());
             match resp.on_packet(&bth, imm, payload_len) {
                 Verdict::Place { slot, offset, done } => {
@@ -481,6 +516,6 @@ impl Backend for SoftBackend {
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
-        poll_readable(&[self.io.fd(), wake_fd], -1).map(|_| ())
+        poll_readable(&[self.io.rx_fd(), wake_fd], -1).map(|_| ())
     }
 }

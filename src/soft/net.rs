@@ -10,9 +10,10 @@
 //! sender set one.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, Result};
+use crate::soft::wire::icrc::{parse_ipv4_udp, Ipv4Udp};
 use crate::sys::Slab;
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
@@ -37,6 +38,15 @@ pub struct Landing {
 /// A bound, non-blocking UDP socket with receive buffers for a batch.
 pub struct UdpIo {
     sock: UdpSocket,
+    // Raw capture mode: packets are read here, IP header included (their
+    // ICRC is checked), and the UDP socket only sends.
+    raw: Option<OwnedFd>,
+    // Bytes in front of the UDP payload as received: 0, or IP + UDP (28).
+    prefix: usize,
+    // Where datagram i's UDP payload starts in bufs[i] and the bytes received.
+    base: Vec<usize>,
+    got_len: Vec<usize>,
+    ctx: Vec<Option<Ipv4Udp>>,
     // Per datagram: a staging buffer of 2 * MAX_DATAGRAM bytes; a scattered
     // datagram's spill (what follows its slab part) lands at MAX_DATAGRAM.
     bufs: Vec<Vec<u8>>,
@@ -122,6 +132,11 @@ impl UdpIo {
         let batch = batch.max(1);
         Ok(UdpIo {
             sock,
+            raw: None,
+            prefix: 0,
+            base: vec![0; batch],
+            got_len: vec![0; batch],
+            ctx: vec![None; batch],
             bufs: (0..batch).map(|_| vec![0u8; 2 * MAX_DATAGRAM]).collect(),
             lens: vec![0; batch],
             addrs: vec![SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); batch],
@@ -151,9 +166,96 @@ impl UdpIo {
         }
     }
 
-    /// The socket fd (for poll).
+    /// The UDP socket's fd (sends go out here).
     pub fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// The fd packets are received on (for poll): the raw capture socket in
+    /// raw mode, else the UDP socket.
+    pub fn rx_fd(&self) -> RawFd {
+        match &self.raw {
+            Some(r) => r.as_raw_fd(),
+            None => self.sock.as_raw_fd(),
+        }
+    }
+
+    /// True in raw capture mode (received ICRCs are verifiable).
+    pub fn raw_capture(&self) -> bool {
+        self.raw.is_some()
+    }
+
+    /// Switches receiving to raw capture: an AF_PACKET socket on the
+    /// interface holding the bound address, with a kernel filter that passes
+    /// only unfragmented IPv4/UDP packets to our address and port arriving at
+    /// this host, so each packet comes with its IP header and its ICRC can be
+    /// checked. The UDP socket keeps the port (no ICMP port-unreachable) and
+    /// sends; a drop-all filter keeps its receive queue empty. Needs
+    /// CAP_NET_RAW: without it the error (kind `Unsupported`) says so.
+    /// Returns the interface name.
+    pub(crate) fn enable_raw_capture(&mut self) -> Result<String> {
+        let local = self.local_addr()?;
+        let (ifindex, ifname) = interface_of(*local.ip())?;
+        // SAFETY: plain syscall; the result is checked and owned below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                (libc::ETH_P_IP as u16).to_be() as i32,
+            )
+        };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::new(
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    crate::ErrorKind::Unsupported
+                } else {
+                    crate::ErrorKind::Io
+                },
+                format!(
+                    "raw capture on {ifname} (to check received ICRCs): socket(AF_PACKET): {e} — \
+                     it needs CAP_NET_RAW: run as root or `setcap cap_net_raw+ep` the program, \
+                     or set the device's icrc_check to off"
+                ),
+            ));
+        }
+        // SAFETY: fd is a fresh socket we own from here on.
+        let raw = unsafe { OwnedFd::from_raw_fd(fd) };
+        let prog = capture_filter(*local.ip(), local.port());
+        attach_filter(raw.as_raw_fd(), &prog, "the raw capture filter")?;
+        // SAFETY: plain-data struct; zeroed is a valid initial value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: binds our socket to a valid sockaddr_ll of the right size.
+        let rc = unsafe {
+            libc::bind(
+                raw.as_raw_fd(),
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::io(
+                &format!("binding the raw capture socket to {ifname}"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20, "SO_RCVBUF");
+        // The UDP socket stops queueing what the capture socket now reads.
+        let drop_all = [bpf(BPF_RET | BPF_K, 0, 0, 0)];
+        attach_filter(
+            self.sock.as_raw_fd(),
+            &drop_all,
+            "the UDP socket's drop filter",
+        )?;
+        self.raw = Some(raw);
+        self.prefix = 28;
+        // Whatever the UDP socket queued before is read by nobody: drop it.
+        let mut scratch = [0u8; 1];
+        while self.sock.recv_from(&mut scratch).is_ok() {}
+        Ok(ifname)
     }
 
     /// Receives up to the batch size of datagrams without blocking; returns
@@ -177,7 +279,7 @@ impl UdpIo {
         for i in 0..n {
             let buf = self.bufs[i].as_mut_ptr();
             let landing = match (slab, plan.get(i)) {
-                (Some(slab), Some(l)) if (l.head as usize) < MAX_DATAGRAM => slab
+                (Some(slab), Some(l)) if self.prefix + (l.head as usize) < MAX_DATAGRAM => slab
                     .receive_region(l.slot, l.offset, l.len)
                     .map(|p| (*l, p)),
                 _ => None,
@@ -187,7 +289,7 @@ impl UdpIo {
                 Some((l, body)) => {
                     iov[0] = libc::iovec {
                         iov_base: buf as *mut libc::c_void,
-                        iov_len: l.head as usize,
+                        iov_len: self.prefix + l.head as usize,
                     };
                     iov[1] = libc::iovec {
                         iov_base: body.as_ptr() as *mut libc::c_void,
@@ -211,8 +313,14 @@ impl UdpIo {
                 }
             };
             let m = &mut self.msgs[i].msg_hdr;
-            m.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
-            m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            if self.raw.is_some() {
+                // The sender's address is read from the IP header.
+                m.msg_name = std::ptr::null_mut();
+                m.msg_namelen = 0;
+            } else {
+                m.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
+                m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            }
             m.msg_iov = iov.as_mut_ptr();
             m.msg_iovlen = used;
             m.msg_flags = 0;
@@ -223,7 +331,7 @@ impl UdpIo {
         // only caller, does not loan it before it has read this batch).
         let got = unsafe {
             libc::recvmmsg(
-                self.sock.as_raw_fd(),
+                self.rx_fd(),
                 self.msgs.as_mut_ptr(),
                 n as u32,
                 libc::MSG_DONTWAIT,
@@ -242,24 +350,91 @@ impl UdpIo {
         let got = got as usize;
         for i in 0..got {
             let len = self.msgs[i].msg_len as usize;
-            self.lens[i] = len;
+            self.got_len[i] = len;
             // Scattered datagrams have room beyond MAX_DATAGRAM: cap them alike.
             self.truncated[i] =
                 self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > MAX_DATAGRAM;
-            self.addrs[i] = to_v4(&self.names[i]);
+            if self.raw.is_none() {
+                self.lens[i] = len;
+                self.base[i] = 0;
+                self.addrs[i] = to_v4(&self.names[i]);
+                continue;
+            }
+            // Raw capture: an IP header with options shifts the layout of a
+            // scattered packet: gather it, then read the headers.
+            if self.landing[i].is_some() && self.bufs[i][0] != 0x45 {
+                if let Some(slab) = slab {
+                    self.gather(i, slab)?;
+                }
+            }
+            self.read_ip_udp(i);
         }
         Ok(got)
+    }
+
+    /// Raw capture: datagram i's IP/UDP header -> sender, payload place and
+    /// length, ICRC context; an unusable header marks it truncated.
+    fn read_ip_udp(&mut self, i: usize) {
+        let len = self.got_len[i].min(MAX_DATAGRAM);
+        let seen = match self.landing[i] {
+            Some(l) => len.min(self.prefix + l.head as usize),
+            None => len,
+        };
+        match parse_ipv4_udp(&self.bufs[i][..seen], len) {
+            Some((ctx, at, n)) if self.landing[i].is_none() || at == self.prefix => {
+                self.base[i] = at;
+                self.lens[i] = n;
+                self.addrs[i] = SocketAddrV4::new(ctx.src, ctx.src_port);
+                self.ctx[i] = Some(ctx);
+            }
+            _ => {
+                self.base[i] = 0;
+                self.lens[i] = 0;
+                self.addrs[i] = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+                self.ctx[i] = None;
+                self.truncated[i] = true;
+            }
+        }
+    }
+
+    /// Raw capture: whether datagram `i`'s ICRC is right (`None` when not
+    /// in raw mode). Reads a scattered payload where it landed in the slab.
+    pub(crate) fn icrc_ok(&self, i: usize, slab: &Slab) -> Option<bool> {
+        let ctx = self.ctx[i].filter(|_| self.raw.is_some())?;
+        let b = self.base[i];
+        let n = self.lens[i];
+        Some(match self.landing[i] {
+            None => ctx.verify_parts(&[&self.bufs[i][b..b + n]]),
+            Some(l) => {
+                let head = n.min(l.head as usize);
+                let body = (n - head).min(l.len as usize);
+                let spill = n - head - body;
+                let Some(at) = slab.receive_region(l.slot, l.offset, body as u32) else {
+                    return Some(false);
+                };
+                // SAFETY: receive_region vouched for `body` receiver-owned
+                // bytes that the last recvmmsg wrote; nothing writes them
+                // while this slice lives (it ends with this call).
+                let part = unsafe { std::slice::from_raw_parts(at.as_ptr(), body) };
+                ctx.verify_parts(&[
+                    &self.bufs[i][b..b + head],
+                    part,
+                    &self.bufs[i][MAX_DATAGRAM..MAX_DATAGRAM + spill],
+                ])
+            }
+        })
     }
 
     /// Datagram `i` of the last batch: its bytes, sender, and whether it was
     /// truncated (larger than [`MAX_DATAGRAM`]). For a scattered datagram
     /// that is not gathered, only its head bytes.
     pub fn datagram(&self, i: usize) -> (&[u8], SocketAddrV4, bool) {
+        let b = self.base[i];
         let len = match self.landing[i] {
             Some(l) => self.lens[i].min(l.head as usize),
-            None => self.lens[i].min(MAX_DATAGRAM),
+            None => self.lens[i].min(MAX_DATAGRAM - b),
         };
-        (&self.bufs[i][..len], self.addrs[i], self.truncated[i])
+        (&self.bufs[i][b..b + len], self.addrs[i], self.truncated[i])
     }
 
     /// Where datagram `i` of the last batch was scattered to (`None`: whole,
@@ -273,20 +448,6 @@ impl UdpIo {
         self.lens[i]
     }
 
-    /// The bytes of scattered datagram `i` that followed its slab part (pad
-    /// and ICRC), `&[]` for a whole one.
-    pub fn spill(&self, i: usize) -> &[u8] {
-        match self.landing[i] {
-            Some(l) => {
-                let n = self.lens[i]
-                    .saturating_sub((l.head + l.len) as usize)
-                    .min(MAX_DATAGRAM);
-                &self.bufs[i][MAX_DATAGRAM..MAX_DATAGRAM + n]
-            }
-            None => &[],
-        }
-    }
-
     /// Copies scattered datagram `i` back together in its staging buffer
     /// (the slow path when a landing guess was wrong); afterwards
     /// [`datagram`](Self::datagram) returns it whole. Fails if its slab range
@@ -295,8 +456,8 @@ impl UdpIo {
         let Some(l) = self.landing[i] else {
             return Ok(());
         };
-        let len = self.lens[i].min(MAX_DATAGRAM);
-        let head = l.head as usize;
+        let len = self.got_len[i].min(MAX_DATAGRAM);
+        let head = self.prefix + l.head as usize;
         let body = len.saturating_sub(head).min(l.len as usize);
         let spill = len.saturating_sub(head + body);
         let buf = &mut self.bufs[i];
@@ -320,6 +481,9 @@ impl UdpIo {
         let part = unsafe { std::slice::from_raw_parts(src.as_ptr(), body) };
         buf[head..head + body].copy_from_slice(part);
         self.landing[i] = None;
+        if self.raw.is_some() {
+            self.read_ip_udp(i);
+        }
         Ok(())
     }
 
@@ -373,6 +537,124 @@ impl UdpIo {
             sent += n as usize;
         }
         Ok(sent)
+    }
+}
+
+const BPF_LD: u16 = 0x00;
+const BPF_LDX: u16 = 0x01;
+const BPF_ALU: u16 = 0x04;
+const BPF_JMP: u16 = 0x05;
+const BPF_RET: u16 = 0x06;
+const BPF_W: u16 = 0x00;
+const BPF_H: u16 = 0x08;
+const BPF_B: u16 = 0x10;
+const BPF_ABS: u16 = 0x20;
+const BPF_IND: u16 = 0x40;
+const BPF_MSH: u16 = 0xa0;
+const BPF_AND: u16 = 0x50;
+const BPF_JEQ: u16 = 0x10;
+const BPF_JSET: u16 = 0x40;
+const BPF_K: u16 = 0x00;
+const SKF_AD_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+
+fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Classic BPF for a SOCK_DGRAM packet socket (offsets from the IP header):
+/// accept unfragmented IPv4/UDP to `ip`:`port` that is not our own outgoing
+/// copy (loopback shows each packet twice).
+fn capture_filter(ip: Ipv4Addr, port: u16) -> Vec<libc::sock_filter> {
+    vec![
+        /* 0 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
+        /* 1 */ bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xf0),
+        /* 2 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 12, 0x40),
+        /* 3 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, 9),
+        /* 4 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 10, 17),
+        /* 5 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, 16),
+        /* 6 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 8, u32::from(ip)),
+        /* 7 */ bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, 6),
+        /* 8 */ bpf(BPF_JMP | BPF_JSET | BPF_K, 6, 0, 0x3fff),
+        /* 9 */ bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, 0),
+        /* 10 */ bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, 2),
+        /* 11 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, port as u32),
+        /* 12 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_PKTTYPE),
+        /* 13 */
+        bpf(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            1,
+            0,
+            libc::PACKET_OUTGOING as u32,
+        ),
+        /* 14 */ bpf(BPF_RET | BPF_K, 0, 0, 0x0004_0000),
+        /* 15 */ bpf(BPF_RET | BPF_K, 0, 0, 0),
+    ]
+}
+
+fn attach_filter(fd: RawFd, prog: &[libc::sock_filter], what: &str) -> Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points to `prog`, valid for the call; the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &fprog as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::io(
+            &format!("attaching {what}"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// The index and name of the interface that holds `ip`.
+fn interface_of(ip: Ipv4Addr) -> Result<(u32, String)> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list`, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(Error::io("getifaddrs", std::io::Error::last_os_error()));
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, alive until
+        // freeifaddrs; ifa_addr, when set, points to a sockaddr of its family.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: as above.
+        if unsafe { (*ifa.ifa_addr).sa_family } as i32 != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == ip {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            // SAFETY: as above.
+            let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+            found = Some((index, name.to_string_lossy().into_owned()));
+            break;
+        }
+    }
+    // SAFETY: list came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    match found {
+        Some((idx, name)) if idx != 0 => Ok((idx, name)),
+        _ => Err(Error::invalid(format!(
+            "no network interface holds {ip}: raw capture needs the bind address on an \
+             interface of this host"
+        ))),
     }
 }
 

@@ -39,7 +39,21 @@ impl Ipv4Udp {
     /// The ICRC of the UDP payload `pkt` (BTH .. pad, then the 4 ICRC bytes,
     /// whose value is ignored). `pkt` must be at least BTH + ICRC long.
     pub fn compute(&self, pkt: &[u8]) -> u32 {
-        let udp_len = (8 + pkt.len()) as u16;
+        self.compute_parts(&[pkt])
+            .expect("packet shorter than BTH + ICRC")
+    }
+
+    /// [`Ipv4Udp::compute`] of a packet received in pieces (headers, the
+    /// payload in its slot, the tail): `parts` concatenated are the UDP
+    /// payload. `None` when they hold less than BTH + ICRC or the first part
+    /// does not hold the whole BTH.
+    pub fn compute_parts(&self, parts: &[&[u8]]) -> Option<u32> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let first = parts.first()?;
+        if total < BTH_LEN + ICRC_LEN || first.len() < BTH_LEN {
+            return None;
+        }
+        let udp_len = (8 + total) as u16;
         let ip_len = 20 + udp_len;
         let frag: u16 = if self.dont_fragment { 0x4000 } else { 0 };
         let mut hdr = [0u8; 8 + 20 + 8 + BTH_LEN];
@@ -60,12 +74,37 @@ impl Ipv4Udp {
         udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
         udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
         udp[6..8].fill(0xff); // checksum masked
-        hdr[36..48].copy_from_slice(&pkt[..BTH_LEN]);
+        hdr[36..48].copy_from_slice(&first[..BTH_LEN]);
         hdr[36 + 4] = 0xff; // FECN | BECN | resv6 masked
         let mut h = crc32fast::Hasher::new();
         h.update(&hdr);
-        h.update(&pkt[BTH_LEN..pkt.len() - ICRC_LEN]);
-        h.finalize()
+        let mut left = total - BTH_LEN - ICRC_LEN;
+        for (k, p) in parts.iter().enumerate() {
+            let p = if k == 0 { &p[BTH_LEN..] } else { p };
+            let take = p.len().min(left);
+            h.update(&p[..take]);
+            left -= take;
+        }
+        Some(h.finalize())
+    }
+
+    /// True when the ICRC carried in the last 4 bytes of `parts` (see
+    /// [`Ipv4Udp::compute_parts`]) is right.
+    pub fn verify_parts(&self, parts: &[&[u8]]) -> bool {
+        let Some(c) = self.compute_parts(parts) else {
+            return false;
+        };
+        let mut tail = [0u8; ICRC_LEN];
+        let mut need = ICRC_LEN;
+        for p in parts.iter().rev() {
+            let take = p.len().min(need);
+            tail[need - take..need].copy_from_slice(&p[p.len() - take..]);
+            need -= take;
+            if need == 0 {
+                break;
+            }
+        }
+        u32::from_le_bytes(tail) == c
     }
 
     /// The ICRC of the packet that starts [`HEADROOM`] bytes into `buf`, in one
@@ -131,30 +170,38 @@ impl Ipv4Udp {
     }
 }
 
-/// The fields of a raw IPv4 + UDP header in front of a RoCEv2 payload (raw
-/// capture mode): returns the ICRC context and the UDP payload, or None when
-/// `frame` is not IPv4/UDP.
-pub fn split_ipv4_udp(frame: &[u8]) -> Option<(Ipv4Udp, &[u8])> {
-    if frame.len() < 28 || frame[0] >> 4 != 4 || frame[9] != 17 {
+/// The IPv4 + UDP header at the start of `head`, in front of a RoCEv2
+/// payload (raw capture mode), of a frame `frame_len` bytes long (link
+/// padding allowed): the ICRC context, where the UDP payload starts and its
+/// length. `None` when it is not IPv4/UDP, is a fragment, or the lengths
+/// disagree. `head` must hold the IP and UDP headers.
+pub fn parse_ipv4_udp(head: &[u8], frame_len: usize) -> Option<(Ipv4Udp, usize, usize)> {
+    if head.len() < 20 || head[0] >> 4 != 4 || head[9] != 17 {
         return None;
     }
-    let ihl = (frame[0] & 0xf) as usize * 4;
-    if ihl < 20 || frame.len() < ihl + 8 {
+    let ihl = (head[0] & 0xf) as usize * 4;
+    if ihl < 20 || head.len() < ihl + 8 || u16::from_be_bytes([head[6], head[7]]) & 0x3fff != 0 {
         return None;
     }
-    let ip_len = u16::from_be_bytes([frame[2], frame[3]]) as usize;
-    let udp = &frame[ihl..];
+    let ip_len = u16::from_be_bytes([head[2], head[3]]) as usize;
+    let udp = &head[ihl..];
     let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
-    if ip_len > frame.len() || udp_len < 8 || ihl + udp_len > ip_len {
+    if ip_len > frame_len || udp_len < 8 || ihl + udp_len > ip_len {
         return None;
     }
     let ctx = Ipv4Udp {
-        src: Ipv4Addr::new(frame[12], frame[13], frame[14], frame[15]),
-        dst: Ipv4Addr::new(frame[16], frame[17], frame[18], frame[19]),
-        ip_id: u16::from_be_bytes([frame[4], frame[5]]),
-        dont_fragment: frame[6] & 0x40 != 0,
+        src: Ipv4Addr::new(head[12], head[13], head[14], head[15]),
+        dst: Ipv4Addr::new(head[16], head[17], head[18], head[19]),
+        ip_id: u16::from_be_bytes([head[4], head[5]]),
+        dont_fragment: head[6] & 0x40 != 0,
         src_port: u16::from_be_bytes([udp[0], udp[1]]),
         dst_port: u16::from_be_bytes([udp[2], udp[3]]),
     };
-    Some((ctx, &udp[8..udp_len]))
+    Some((ctx, ihl + 8, udp_len - 8))
+}
+
+/// [`parse_ipv4_udp`] of a whole frame: the ICRC context and the UDP payload.
+pub fn split_ipv4_udp(frame: &[u8]) -> Option<(Ipv4Udp, &[u8])> {
+    let (ctx, at, len) = parse_ipv4_udp(frame, frame.len())?;
+    Some((ctx, &frame[at..at + len]))
 }
