@@ -125,20 +125,17 @@ fn cli_errors_are_clear() {
 #[test]
 fn icrc_check_modes_follow_cap_net_raw() {
     let exe = env!("CARGO_BIN_EXE_rocev2");
-    let demo = |pre: &[&str], mode: &str| {
+    // `pre` runs the demo under another program (setpriv); `more` adds options.
+    let demo_with = |pre: &[&str], mode: &str, more: &[&str]| {
         let mut args: Vec<&str> = pre.to_vec();
-        args.extend([
-            exe,
-            "demo",
-            "--frames",
-            "3000",
-            "--size",
-            "2000",
-            "--icrc-check",
-            mode,
-        ]);
+        let common = ["demo", "--frames", "3000", "--size", "2000", "--icrc-check"];
+        args.push(exe);
+        args.extend(common);
+        args.push(mode);
+        args.extend(more);
         Command::new(args[0]).args(&args[1..]).output().unwrap()
     };
+    let demo = |pre: &[&str], mode: &str| demo_with(pre, mode, &[]);
     let text = |o: &std::process::Output| {
         format!(
             "{}{}",
@@ -170,19 +167,7 @@ fn icrc_check_modes_follow_cap_net_raw() {
     );
     // A corrupting link: the check drops the damaged packets, the emulator
     // resends them, every byte still verifies.
-    let o = Command::new(exe)
-        .args([
-            "demo",
-            "--frames",
-            "3000",
-            "--size",
-            "2000",
-            "--icrc-check",
-            "require",
-        ])
-        .args(["--faults", "corrupt=0.05", "--seed", "7"])
-        .output()
-        .unwrap();
+    let o = demo_with(&[], "require", &["--faults", "corrupt=0.05", "--seed", "7"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("verify           : OK"), "{}", text(&o));
     // Every corrupted packet was caught (nothing else is lost on loopback).
