@@ -9,7 +9,6 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -288,16 +287,6 @@ pub fn pin_current_thread(cpu: u32) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// CPU time the calling thread has used so far (CLOCK_THREAD_CPUTIME_ID),
-/// for benchmarks that split a pipeline's cost by thread.
-pub fn thread_cpu_time() -> Duration {
-    // SAFETY: plain-data struct; zeroed is a valid initial value.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// A random 32-bit value from the kernel (getrandom), for PSNs and QPNs.

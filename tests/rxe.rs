@@ -350,6 +350,9 @@ fn interop_kernel_requester_to_soft_backend() {
             "4096",
             "--rnr",
             "1",
+            // Every ICRC the kernel's rxe generated is checked (raw capture).
+            "--icrc-check",
+            "require",
         ])
         .stdout(Stdio::piped())
         .spawn()
@@ -372,6 +375,11 @@ fn interop_kernel_requester_to_soft_backend() {
     assert!(recv.wait().unwrap().success(), "{summary}");
     assert_eq!(field(&summary, "frames"), n.to_string(), "{summary}");
     assert_eq!(field(&summary, "verify_errors"), "0");
+    // Our ICRC check agrees with the kernel's ICRC on every packet.
+    assert_eq!(field(&summary, "icrc_errors"), "0", "{summary}");
+    assert_eq!(field(&summary, "icrc_unchecked"), "0", "{summary}");
+    let checked: u64 = field(&summary, "icrc_checked").parse().unwrap();
+    assert!(checked >= n, "{summary}");
     println!(
         "RXE-RATE kernel rxe2 -> soft backend: {:.0} frames/s (4096 B) under TCG",
         st.frames as f64 / st.seconds

@@ -2,7 +2,8 @@
 # Inside the rxe VM (TCG, comparison only): rocev2's verbs server on rxe0
 # receiving 4096-byte SENDs from an rxe1 requester, against perftest's
 # ib_send_bw between the same two devices with the same message size, in the
-# same run, both senders with 16 sends in flight (surf's window; ib_send_bw -t 16).
+# same run, both senders with 16 sends in flight (surf's window; ib_send_bw -t 16)
+# and neither filling its buffers per message (verbs-fpga --fill none).
 # Prints one table row. Needs ROCEV2_CLI.
 set -euo pipefail
 N=${ROCEV2_BENCH_FRAMES:-3000}
@@ -24,7 +25,7 @@ qpn=$(sed -n 's/.*"qpn": \([0-9]*\).*/\1/p' <<<"$params")
 psn=$(sed -n 's/.*"sq_psn": \([0-9]*\).*/\1/p' <<<"$params")
 gid=$(sed -n 's/.*"gid": "\([0-9a-f:]*\)".*/\1/p' <<<"$params")
 coproc FPGA { "$ROCEV2_CLI" verbs-fpga --device rxe1 --gid-index "$RXE1_GID_IDX" --host-qpn "$qpn" \
-    --host-gid "$gid" --psn "$psn" --frames "$N" --size $SIZE --channels 0; }
+    --host-gid "$gid" --psn "$psn" --frames "$N" --size $SIZE --channels 0 --fill none; }
 read -r hello <&"${FPGA[0]}"
 echo "$(sed -n 's/.*"qpn": \([0-9]*\).*/\1/p' <<<"$hello")" >&"${RECV[1]}"
 sleep 0.5
