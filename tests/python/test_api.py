@@ -49,6 +49,9 @@ def test_server_cfg_defaults_and_mr_length_guard():
         rocev2.ServerCfg(ip="not-an-ip", deviceName="rxe0")
     with pytest.raises(Rocev2Error, match="ibPort"):
         rocev2.ServerCfg(ip="10.0.0.1", deviceName="rxe0", ibPort=0)
+    assert c.icrcCheck == "auto"
+    with pytest.raises(Rocev2Error, match="icrcCheck must be one of"):
+        rocev2.ServerCfg(ip="10.0.0.1", deviceName="soft", icrcCheck="maybe")
 
 
 def test_gid_helpers_rogue_cases():

@@ -37,9 +37,10 @@ def fpga_sim(server, frames, size, channels="0,1,2", faults="drop=0", wait=True)
     return p
 
 
-def soft_server(depth=64, max_payload=4096):
+def soft_server(depth=64, max_payload=4096, icrc_check="auto"):
     cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0,
-                           peerUdpPort=0, maxPayload=max_payload, rxQueueDepth=depth, spinUs=0)
+                           peerUdpPort=0, maxPayload=max_payload, rxQueueDepth=depth, spinUs=0,
+                           icrcCheck=icrc_check)
     return rocev2.Server(cfg)
 
 
@@ -185,3 +186,24 @@ def test_frames_stay_valid_after_close():
     assert [rocev2.pattern_check(f.data) for f in frames] == [0, 1]
     for f in frames:
         f.release()
+
+
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_icrc_check_modes(mode):
+    n = 500
+    with soft_server(depth=32, icrc_check=mode) as s:
+        s.complete_connection(FPGA_QPN)
+        p = fpga_sim(s, n, 256, wait=False)
+        for i in range(n):
+            f = s.poll(timeout=60)
+            assert f is not None, f"frame {i} did not arrive"
+            with f:
+                assert rocev2.pattern_check(f.data) == i
+        p.communicate(timeout=120)
+        st = s.stats()
+        assert st["icrc_errors"] == 0
+        assert st["icrc_checked"] + st["icrc_unchecked"] == st["packets_rx"]
+        if mode == "off":
+            assert st["icrc_checked"] == 0
+        elif os.geteuid() == 0:
+            assert st["icrc_unchecked"] == 0 and st["icrc_checked"] >= n
