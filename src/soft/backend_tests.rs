@@ -330,3 +330,150 @@ fn raw_capture_sees_only_our_port_and_reads_multi_packet_frames() {
     assert_eq!((s.icrc_checked, s.icrc_errors, s.malformed), (12, 0, 0));
     assert_eq!(s.payload_direct + s.payload_copied, 12);
 }
+
+mod differential {
+    //! The scatter receive (payloads landing straight in their slots, copies
+    //! after a missed guess) against the plain model: the same packets through
+    //! a bare [`Responder`] with every payload copied into a model slab. Both
+    //! must complete the same messages with the same bytes.
+    use super::*;
+    use crate::soft::responder::{Responder, ResponderConfig, Verdict};
+    use proptest::prelude::*;
+
+    const SLOTS: u32 = 16;
+    const SLOT: u32 = 1024;
+    const PMTU: usize = 256; // code 1
+
+    #[derive(Debug, Clone)]
+    enum Fault {
+        None,
+        Duplicate,
+        Drop,
+        SwapWithNext,
+    }
+
+    /// The packets of `sizes` messages as the FPGA sends them, then faults
+    /// applied: (opcode, psn, imm, payload).
+    fn packets(sizes: &[usize], faults: &[Fault]) -> Vec<(Opcode, u32, Option<u32>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut psn = PSN0;
+        for (k, &size) in sizes.iter().enumerate() {
+            let data = payload(k as u32, size);
+            let chunks: Vec<&[u8]> = data.chunks(PMTU).collect();
+            for (j, c) in chunks.iter().enumerate() {
+                let op = match (j == 0, j + 1 == chunks.len()) {
+                    (true, true) => Opcode::SendOnlyImm,
+                    (true, false) => Opcode::SendFirst,
+                    (false, true) => Opcode::SendLastImm,
+                    _ => Opcode::SendMiddle,
+                };
+                out.push((op, psn, op.has_imm().then_some(k as u32), c.to_vec()));
+                psn = wire::psn::add(psn, 1);
+            }
+        }
+        let mut i = 0;
+        let mut res = Vec::new();
+        while i < out.len() {
+            match faults.get(i).unwrap_or(&Fault::None) {
+                Fault::None => res.push(out[i].clone()),
+                Fault::Duplicate => {
+                    res.push(out[i].clone());
+                    res.push(out[i].clone());
+                }
+                Fault::Drop => {}
+                Fault::SwapWithNext if i + 1 < out.len() => {
+                    res.push(out[i + 1].clone());
+                    res.push(out[i].clone());
+                    i += 1;
+                }
+                Fault::SwapWithNext => res.push(out[i].clone()),
+            }
+            i += 1;
+        }
+        res
+    }
+
+    /// The model: completions (slot, len, imm) and each completed slot's bytes.
+    fn model(pkts: &[(Opcode, u32, Option<u32>, Vec<u8>)], qpn: u32) -> Vec<(u32, Vec<u8>, u32)> {
+        let mut r = Responder::new(
+            ResponderConfig {
+                qpn,
+                pmtu: PMTU as u32,
+                slot_size: SLOT,
+                min_rnr_timer: 12,
+                ack_every: 8,
+            },
+            PSN0,
+        );
+        (0..SLOTS).for_each(|s| r.post(s));
+        let mut slab = vec![vec![0u8; SLOT as usize]; SLOTS as usize];
+        let mut done = Vec::new();
+        for (op, psn, imm, data) in pkts {
+            let bth = Bth::new(*op, qpn, *psn);
+            if let Verdict::Place {
+                slot,
+                offset,
+                done: d,
+            } = r.on_packet(&bth, *imm, data.len())
+            {
+                let at = offset as usize;
+                slab[slot as usize][at..at + data.len()].copy_from_slice(data);
+                if let Some(d) = d {
+                    let bytes = slab[d.slot as usize][..d.len as usize].to_vec();
+                    done.push((d.slot, bytes, d.imm.unwrap_or(u32::MAX)));
+                }
+            }
+        }
+        done
+    }
+
+    fn fault() -> impl Strategy<Value = Fault> {
+        prop_oneof![
+            8 => Just(Fault::None),
+            1 => Just(Fault::Duplicate),
+            1 => Just(Fault::Drop),
+            1 => Just(Fault::SwapWithNext),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn scatter_receive_matches_the_copying_model(
+            sizes in proptest::collection::vec(
+                prop_oneof![1usize..=256, Just(256usize), 257usize..=1024, Just(768usize)], 1..12),
+            faults in proptest::collection::vec(fault(), 0..48),
+        ) {
+            let mut r = rig(SLOTS, SLOT, 1);
+            let pkts = packets(&sizes, &faults);
+            let want = model(&pkts, r.qpn());
+            for (op, psn, imm, data) in &pkts {
+                r.send_at(*op, *psn, *imm, data);
+            }
+            // Everything is queued on the socket: poll until it is drained.
+            let mut got = Vec::new();
+            let mut idle = 0;
+            while idle < 20 {
+                let before = r.counters.snapshot(0).packets_rx;
+                r.be.poll(&mut got).unwrap();
+                if r.counters.snapshot(0).packets_rx == before {
+                    idle += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                } else {
+                    idle = 0;
+                }
+            }
+            prop_assert_eq!(r.counters.snapshot(0).packets_rx, pkts.len() as u64);
+            prop_assert_eq!(got.len(), want.len());
+            for (c, (slot, bytes, imm)) in got.iter().zip(&want) {
+                prop_assert_eq!(c.slot, *slot);
+                prop_assert_eq!(c.kind, CompletionKind::Recv { len: bytes.len() as u32, imm: *imm });
+                let have = r.slab.write_slot(c.slot, |b| b[..bytes.len()].to_vec()).unwrap();
+                prop_assert!(&have == bytes, "slot {} bytes differ", c.slot);
+            }
+            let s = r.counters.snapshot(0);
+            let accepted = s.payload_direct + s.payload_copied;
+            prop_assert!(accepted <= pkts.len() as u64);
+        }
+    }
+}

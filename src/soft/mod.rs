@@ -304,16 +304,18 @@ impl Backend for SoftBackend {
         for i in 0..n {
             c.packets_rx.fetch_add(1, Ordering::Relaxed);
             let (_, from, truncated) = self.io.datagram(i);
-            if *from.ip() != peer.ip {
-                c.foreign_packets.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
             if truncated {
+                // Longer than MAX_DATAGRAM, or (raw capture) an IP/UDP header
+                // that does not add up.
                 c.malformed.fetch_add(1, Ordering::Relaxed);
                 log::debug!(
-                    "datagram from {from} truncated (> {} bytes)",
+                    "datagram from {from} truncated (> {} bytes) or with a bad IP/UDP header",
                     net::MAX_DATAGRAM
                 );
+                continue;
+            }
+            if *from.ip() != peer.ip {
+                c.foreign_packets.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             // Fast path: the payload is already in its slot.
