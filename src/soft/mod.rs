@@ -518,6 +518,8 @@ impl Backend for SoftBackend {
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
-        poll_readable(&[self.io.rx_fd(), wake_fd], -1).map(|_| ())
+        // In raw capture mode the UDP socket still gets what enters through
+        // another interface: wait on both.
+        poll_readable(&[self.io.rx_fd(), self.io.fd(), wake_fd], -1).map(|_| ())
     }
 }

@@ -41,8 +41,14 @@ pub struct UdpIo {
     // Raw capture mode: packets are read here, IP header included (their
     // ICRC is checked), and the UDP socket only sends.
     raw: Option<OwnedFd>,
-    // Bytes in front of the UDP payload as received: 0, or IP + UDP (28).
+    // Bytes in front of the UDP payload in a raw capture: IP + UDP (28).
     prefix: usize,
+    // Per datagram of the last batch: its prefix (28 from the capture
+    // socket, 0 from the UDP socket).
+    pre: Vec<usize>,
+    // Raw mode: datagrams that still came through the UDP socket (they
+    // entered through another interface than the captured one).
+    via_udp: u64,
     // Where datagram i's UDP payload starts in bufs[i] and the bytes received.
     base: Vec<usize>,
     got_len: Vec<usize>,
@@ -133,7 +139,9 @@ impl UdpIo {
         Ok(UdpIo {
             sock,
             raw: None,
-            prefix: 0,
+            prefix: 28,
+            pre: vec![0; batch],
+            via_udp: 0,
             base: vec![0; batch],
             got_len: vec![0; batch],
             ctx: vec![None; batch],
@@ -185,12 +193,20 @@ impl UdpIo {
         self.raw.is_some()
     }
 
+    /// Raw capture mode: datagrams that arrived through the UDP socket
+    /// instead (another ingress interface), ICRC unchecked.
+    pub fn via_udp(&self) -> u64 {
+        self.via_udp
+    }
+
     /// Switches receiving to raw capture: an AF_PACKET socket on the
     /// interface holding the bound address, with a kernel filter that passes
     /// only unfragmented IPv4/UDP packets to our address and port arriving at
     /// this host, so each packet comes with its IP header and its ICRC can be
     /// checked. The UDP socket keeps the port (no ICMP port-unreachable) and
-    /// sends; a drop-all filter keeps its receive queue empty. Needs
+    /// sends; a filter keeps what the capture reads out of its queue, so only
+    /// packets entering through another interface (multi-homed hosts) still
+    /// arrive there, counted unchecked instead of lost. Needs
     /// CAP_NET_RAW: without it the error (kind `Unsupported`) says so.
     /// Returns the interface name.
     pub(crate) fn enable_raw_capture(&mut self) -> Result<String> {
@@ -243,15 +259,21 @@ impl UdpIo {
             ));
         }
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20, "SO_RCVBUF");
-        // The UDP socket stops queueing what the capture socket now reads.
-        let drop_all = [bpf(BPF_RET | BPF_K, 0, 0, 0)];
+        // The UDP socket stops queueing what the capture socket reads: all
+        // that enters through the captured interface. What enters elsewhere
+        // (a multi-homed host) still arrives there, unchecked but not lost.
+        let not_captured = [
+            bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_IFINDEX),
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, ifindex),
+            bpf(BPF_RET | BPF_K, 0, 0, 0),
+            bpf(BPF_RET | BPF_K, 0, 0, 0x0004_0000),
+        ];
         attach_filter(
             self.sock.as_raw_fd(),
-            &drop_all,
-            "the UDP socket's drop filter",
+            &not_captured,
+            "the UDP socket's filter",
         )?;
         self.raw = Some(raw);
-        self.prefix = 28;
         // Whatever the UDP socket queued before is read by nobody: drop it.
         let mut scratch = [0u8; 1];
         while self.sock.recv_from(&mut scratch).is_ok() {}
@@ -275,11 +297,42 @@ impl UdpIo {
         slab: Option<&Slab>,
         plan: &[Landing],
     ) -> Result<usize> {
+        let Some(raw) = self.raw.as_ref().map(|r| r.as_raw_fd()) else {
+            return self.recv_on(self.sock.as_raw_fd(), false, slab, plan);
+        };
+        let got = self.recv_on(raw, true, slab, plan)?;
+        if got > 0 {
+            return Ok(got);
+        }
+        // The capture is idle: anything that came in elsewhere?
+        let got = self.recv_on(self.sock.as_raw_fd(), false, None, &[])?;
+        if got > 0 {
+            if self.via_udp == 0 {
+                log::warn!(
+                    "packets for {} arrive through another interface than the captured one: \
+                     their ICRC is not checked (counted icrc_unchecked)",
+                    self.local_addr().map(|a| a.to_string()).unwrap_or_default()
+                );
+            }
+            self.via_udp += got as u64;
+        }
+        Ok(got)
+    }
+
+    fn recv_on(
+        &mut self,
+        fd: RawFd,
+        raw: bool,
+        slab: Option<&Slab>,
+        plan: &[Landing],
+    ) -> Result<usize> {
         let n = self.bufs.len();
+        let prefix = if raw { self.prefix } else { 0 };
         for i in 0..n {
+            self.pre[i] = prefix;
             let buf = self.bufs[i].as_mut_ptr();
             let landing = match (slab, plan.get(i)) {
-                (Some(slab), Some(l)) if self.prefix + (l.head as usize) < MAX_DATAGRAM => slab
+                (Some(slab), Some(l)) if prefix + (l.head as usize) < MAX_DATAGRAM => slab
                     .receive_region(l.slot, l.offset, l.len)
                     .map(|p| (*l, p)),
                 _ => None,
@@ -289,7 +342,7 @@ impl UdpIo {
                 Some((l, body)) => {
                     iov[0] = libc::iovec {
                         iov_base: buf as *mut libc::c_void,
-                        iov_len: self.prefix + l.head as usize,
+                        iov_len: prefix + l.head as usize,
                     };
                     iov[1] = libc::iovec {
                         iov_base: body.as_ptr() as *mut libc::c_void,
@@ -313,7 +366,7 @@ impl UdpIo {
                 }
             };
             let m = &mut self.msgs[i].msg_hdr;
-            if self.raw.is_some() {
+            if raw {
                 // The sender's address is read from the IP header.
                 m.msg_name = std::ptr::null_mut();
                 m.msg_namelen = 0;
@@ -331,7 +384,7 @@ impl UdpIo {
         // only caller, does not loan it before it has read this batch).
         let got = unsafe {
             libc::recvmmsg(
-                self.rx_fd(),
+                fd,
                 self.msgs.as_mut_ptr(),
                 n as u32,
                 libc::MSG_DONTWAIT,
@@ -354,9 +407,10 @@ impl UdpIo {
             // Scattered datagrams have room beyond MAX_DATAGRAM: cap them alike.
             self.truncated[i] =
                 self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > MAX_DATAGRAM;
-            if self.raw.is_none() {
+            if !raw {
                 self.lens[i] = len;
                 self.base[i] = 0;
+                self.ctx[i] = None;
                 self.addrs[i] = to_v4(&self.names[i]);
                 continue;
             }
@@ -377,11 +431,11 @@ impl UdpIo {
     fn read_ip_udp(&mut self, i: usize) {
         let len = self.got_len[i].min(MAX_DATAGRAM);
         let seen = match self.landing[i] {
-            Some(l) => len.min(self.prefix + l.head as usize),
+            Some(l) => len.min(self.pre[i] + l.head as usize),
             None => len,
         };
         match parse_ipv4_udp(&self.bufs[i][..seen], len) {
-            Some((ctx, at, n)) if self.landing[i].is_none() || at == self.prefix => {
+            Some((ctx, at, n)) if self.landing[i].is_none() || at == self.pre[i] => {
                 self.base[i] = at;
                 self.lens[i] = n;
                 self.addrs[i] = SocketAddrV4::new(ctx.src, ctx.src_port);
@@ -457,7 +511,7 @@ impl UdpIo {
             return Ok(());
         };
         let len = self.got_len[i].min(MAX_DATAGRAM);
-        let head = self.prefix + l.head as usize;
+        let head = self.pre[i] + l.head as usize;
         let body = len.saturating_sub(head).min(l.len as usize);
         let spill = len.saturating_sub(head + body);
         let buf = &mut self.bufs[i];
@@ -481,7 +535,7 @@ impl UdpIo {
         let part = unsafe { std::slice::from_raw_parts(src.as_ptr(), body) };
         buf[head..head + body].copy_from_slice(part);
         self.landing[i] = None;
-        if self.raw.is_some() {
+        if self.pre[i] > 0 {
             self.read_ip_udp(i);
         }
         Ok(())
@@ -556,6 +610,7 @@ const BPF_JEQ: u16 = 0x10;
 const BPF_JSET: u16 = 0x40;
 const BPF_K: u16 = 0x00;
 const SKF_AD_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+const SKF_AD_IFINDEX: u32 = (-0x1000i32 + 8) as u32;
 
 fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
