@@ -85,6 +85,10 @@ rpr::Core::Core(const std::string& deviceName, uint8_t ibPort, uint8_t gidIndex,
     if (bind) cfg.bind_addr = bind;
     if (const char* p = std::getenv("ROCEV2_SOFT_PORT")) cfg.udp_port = static_cast<uint16_t>(std::atoi(p));
     if (const char* p = std::getenv("ROCEV2_SOFT_PEER_PORT")) cfg.peer_udp_port = static_cast<uint16_t>(std::atoi(p));
+    if (const char* p = std::getenv("ROCEV2_SOFT_ICRC")) {
+        const std::string mode(p);
+        cfg.icrc_check = mode == "off" ? ROCEV2_ICRC_OFF : mode == "require" ? ROCEV2_ICRC_REQUIRE : ROCEV2_ICRC_AUTO;
+    }
 
     rocev2_device* dev = nullptr;
     if (rocev2_device_open(&cfg, &dev) != ROCEV2_OK)
