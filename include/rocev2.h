@@ -475,6 +475,11 @@ typedef struct {
    * (loss, reordering, a change of frame size). Since 1.1.
    */
   uint64_t payload_copied;
+  /**
+   * soft: packets the kernel dropped, the receive socket's buffer being
+   * full (the sender resends them). Since 1.1.
+   */
+  uint64_t socket_drops;
 } rocev2_stats;
 
 

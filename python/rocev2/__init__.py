@@ -101,7 +101,7 @@ _STAT_FIELDS = [
     "rnr_naks_tx", "seq_naks_tx", "invalid_naks_tx", "duplicates",
     "out_of_sequence", "foreign_packets", "malformed", "icrc_errors",
     "icrc_unchecked", "loans_outstanding", "icrc_checked", "payload_direct",
-    "payload_copied",
+    "payload_copied", "socket_drops",
 ]
 
 

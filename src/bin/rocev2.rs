@@ -301,8 +301,8 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
         );
     }
     println!(
-        "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks",
-        s.packets_rx, s.acks_tx, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates, s.parks
+        "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks, {} socket drops",
+        s.packets_rx, s.acks_tx, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates, s.parks, s.socket_drops
     );
     println!(
         "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \

@@ -292,6 +292,9 @@ pub struct rocev2_stats {
     /// soft: packets copied into their slot after a missed landing guess
     /// (loss, reordering, a change of frame size). Since 1.1.
     pub payload_copied: u64,
+    /// soft: packets the kernel dropped, the receive socket's buffer being
+    /// full (the sender resends them). Since 1.1.
+    pub socket_drops: u64,
 }
 
 /// Called on the receive thread for every frame. The frame is on loan: release
@@ -808,6 +811,7 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             icrc_checked: s.icrc_checked,
             payload_direct: s.payload_direct,
             payload_copied: s.payload_copied,
+            socket_drops: s.socket_drops,
         };
         let n = cap.min(std::mem::size_of::<rocev2_stats>());
         // SAFETY: copies n bytes of a plain-data struct into the caller's

@@ -87,4 +87,7 @@ counters! {
     /// *soft*: packets whose payload was copied into the slot afterwards (a
     /// missed landing guess: loss, reordering, a change of frame size).
     payload_copied,
+    /// *soft*: packets the kernel dropped because the receive socket's buffer
+    /// was full (the receive thread fell behind; the sender resends them).
+    socket_drops,
 }

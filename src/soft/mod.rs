@@ -143,6 +143,8 @@ pub(crate) struct SoftBackend {
     plan: Vec<Landing>,
     shape: Shape,
     msg: (u32, u32),
+    // Idle polls since the kernel's drop count was last read.
+    idle_polls: u32,
 }
 
 impl SoftBackend {
@@ -183,7 +185,22 @@ impl SoftBackend {
             plan: Vec::with_capacity(POLL_BATCH),
             shape: Shape::default(),
             msg: (0, 0),
+            idle_polls: 0,
         })
+    }
+}
+
+impl SoftBackend {
+    fn read_kernel_drops(&mut self) {
+        self.idle_polls = 0;
+        let drops = self.io.kernel_drops();
+        let before = self.counters.socket_drops.swap(drops, Ordering::Relaxed);
+        if drops > before {
+            log::debug!(
+                "{} packets dropped by the kernel (socket buffer full): the receive thread fell behind",
+                drops - before
+            );
+        }
     }
 }
 
@@ -294,6 +311,11 @@ impl Backend for SoftBackend {
         );
         let n = self.io.recv_batch_into(Some(&self.slab), &self.plan)?;
         if n == 0 {
+            // Idle: now and then, read what the kernel dropped meanwhile.
+            self.idle_polls += 1;
+            if self.idle_polls >= 64 {
+                self.read_kernel_drops();
+            }
             return Ok(());
         }
         let c = &*self.counters;
@@ -518,6 +540,7 @@ impl Backend for SoftBackend {
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
+        self.read_kernel_drops();
         // In raw capture mode the UDP socket still gets what enters through
         // another interface: wait on both.
         poll_readable(&[self.io.rx_fd(), self.io.fd(), wake_fd], -1).map(|_| ())

@@ -193,6 +193,30 @@ impl UdpIo {
         self.raw.is_some()
     }
 
+    /// Packets the kernel dropped at the receiving socket so far (its buffer
+    /// was full: the receive thread fell behind), from SO_MEMINFO. In raw
+    /// capture mode the capture socket's (the UDP socket's count there is
+    /// its filter at work).
+    pub fn kernel_drops(&self) -> u64 {
+        const SK_MEMINFO_DROPS: usize = 8;
+        let mut info = [0u32; 16];
+        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `info`, ours.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.rx_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MEMINFO,
+                info.as_mut_ptr() as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if rc != 0 || (len as usize) < (SK_MEMINFO_DROPS + 1) * 4 {
+            return 0;
+        }
+        info[SK_MEMINFO_DROPS] as u64
+    }
+
     /// Raw capture mode: datagrams that arrived through the UDP socket
     /// instead (another ingress interface), ICRC unchecked.
     pub fn via_udp(&self) -> u64 {
