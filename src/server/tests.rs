@@ -89,12 +89,15 @@ struct Harness {
 
 impl Harness {
     fn new(depth: u32, slot: u32) -> Harness {
+        Harness::pinned(depth, slot, None)
+    }
+    fn pinned(depth: u32, slot: u32, cpu_affinity: Option<u32>) -> Harness {
         let cfg = ServerConfig {
             max_payload: slot,
             rx_queue_depth: depth,
             spin_us: 0,
             stop_timeout_ms: 300,
-            cpu_affinity: None,
+            cpu_affinity,
             mr_remote_write: false,
         };
         let wire = Arc::new(Mutex::new(Wire::default()));
@@ -512,5 +515,37 @@ fn release_races_stop_safely() {
         h.core.stop();
         releaser.join().unwrap();
         assert_eq!(h.core.stats().loans_outstanding, 0);
+    }
+}
+
+/// The CPUs the calling thread may run on, as /proc lists them ("0-3,6").
+fn cpus_allowed() -> String {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn cpu_affinity_pins_the_receive_thread() {
+    // The highest CPU this process may use; an impossible one is a warning.
+    let allowed = cpus_allowed();
+    let cpu: u32 = allowed.rsplit([',', '-']).next().unwrap().parse().unwrap();
+    for (want, expect) in [(cpu, cpu.to_string()), (4000, allowed.clone())] {
+        let h = Harness::pinned(4, 64, Some(want));
+        let (tx, rx) = mpsc::channel();
+        h.core
+            .set_frame_callback(move |_f| {
+                let _ = tx.send(cpus_allowed());
+            })
+            .unwrap();
+        h.connect();
+        h.send(b"where am I", 0x0100);
+        let seen = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(seen, expect, "receive thread with cpu_affinity {want}");
+        h.core.stop();
     }
 }
