@@ -364,7 +364,9 @@ class ServerCfg:
     """Bring-up configuration (pyrogue RoCEv2ServerCfg). ``gidIndex`` -1
     auto-detects from sysfs; ``maxPayload`` defaults to 4096 like pyrogue
     (None = the C++ default 9000); ``rxQueueDepth`` None = 256. ``deviceName``
-    "soft" selects the userspace backend (``bindAddr``/``udpPort``)."""
+    "soft" selects the userspace backend (``bindAddr``/``udpPort``; ``icrcCheck``
+    "auto" checks received ICRCs by raw capture when the process has
+    CAP_NET_RAW, "require" insists, "off" never does)."""
     ip: str
     deviceName: str
     ibPort: int = 1
