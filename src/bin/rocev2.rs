@@ -628,6 +628,14 @@ fn bench(o: &Opts) -> Result<ExitCode, String> {
 fn info() -> ExitCode {
     println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
     println!("backend soft: built in (userspace RoCEv2 over UDP; device name \"soft\")");
+    if rocev2::soft::raw_capture_allowed() {
+        println!("  received ICRCs: checked (raw capture allowed: CAP_NET_RAW)");
+    } else {
+        println!(
+            "  received ICRCs: not checked (no CAP_NET_RAW; `setcap cap_net_raw+ep` the program \
+             or run as root to check them)"
+        );
+    }
     #[cfg(feature = "verbs")]
     {
         println!("backend verbs: built in (libibverbs)");
