@@ -95,12 +95,7 @@ impl Rig {
     fn send_msg(&mut self, data: &[u8], imm: u32, pmtu: usize) {
         let chunks: Vec<&[u8]> = data.chunks(pmtu).collect();
         for (k, c) in chunks.iter().enumerate() {
-            let op = match (k == 0, k + 1 == chunks.len()) {
-                (true, true) => Opcode::SendOnlyImm,
-                (true, false) => Opcode::SendFirst,
-                (false, true) => Opcode::SendLastImm,
-                _ => Opcode::SendMiddle,
-            };
+            let op = Opcode::send_with_imm(k == 0, k + 1 == chunks.len());
             let imm = op.has_imm().then_some(imm);
             self.send_at(op, self.psn, imm, c);
             self.psn = wire::psn::add(self.psn, 1);
@@ -361,12 +356,7 @@ mod differential {
             let data = payload(k as u32, size);
             let chunks: Vec<&[u8]> = data.chunks(PMTU).collect();
             for (j, c) in chunks.iter().enumerate() {
-                let op = match (j == 0, j + 1 == chunks.len()) {
-                    (true, true) => Opcode::SendOnlyImm,
-                    (true, false) => Opcode::SendFirst,
-                    (false, true) => Opcode::SendLastImm,
-                    _ => Opcode::SendMiddle,
-                };
+                let op = Opcode::send_with_imm(j == 0, j + 1 == chunks.len());
                 out.push((op, psn, op.has_imm().then_some(k as u32), c.to_vec()));
                 psn = wire::psn::add(psn, 1);
             }

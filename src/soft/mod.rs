@@ -402,7 +402,7 @@ impl Backend for SoftBackend {
             reply_port = Some(from.port());
             match resp.on_packet(&bth, imm, payload_len) {
                 Verdict::Place { slot, offset, done } => {
-                    let head = (bth.opcode.has_imm() as u32) * 4 + 12;
+                    let head = bth.opcode.header_len() as u32;
                     let in_place =
                         matches!(placed, Some(l) if l.slot == slot && l.offset == offset);
                     if in_place {

@@ -196,14 +196,8 @@ impl Requester {
         let total = self.msg(abs).data.len() as u32;
         let pmtu = self.cfg.pmtu;
         let len = (total - offset).min(pmtu);
-        let first = offset == 0;
         let last = offset + len >= total;
-        let opcode = match (first, last) {
-            (true, true) => Opcode::SendOnlyImm,
-            (true, false) => Opcode::SendFirst,
-            (false, false) => Opcode::SendMiddle,
-            (false, true) => Opcode::SendLastImm,
-        };
+        let opcode = Opcode::send_with_imm(offset == 0, last);
         self.window.push_back(TxPkt {
             psn: self.next_psn,
             opcode,

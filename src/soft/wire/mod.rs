@@ -93,6 +93,26 @@ impl Opcode {
     pub fn is_send(self) -> bool {
         matches!(self.byte(), 0x00..=0x05)
     }
+    /// Bytes of transport headers: the BTH plus its ImmDt or AETH.
+    pub fn header_len(self) -> usize {
+        BTH_LEN
+            + if self.has_imm() || self.has_aeth() {
+                EXT_LEN
+            } else {
+                0
+            }
+    }
+    /// The SEND opcode for a packet at this place in its message, as surf's
+    /// engine sends frames: ONLY / FIRST / MIDDLE / LAST, with immediate on
+    /// the packet that ends the message.
+    pub fn send_with_imm(first: bool, last: bool) -> Opcode {
+        match (first, last) {
+            (true, true) => Opcode::SendOnlyImm,
+            (true, false) => Opcode::SendFirst,
+            (false, false) => Opcode::SendMiddle,
+            (false, true) => Opcode::SendLastImm,
+        }
+    }
 }
 
 /// Base Transport Header fields.
@@ -312,11 +332,7 @@ impl Headers {
         if bth.tver != 0 {
             return Err(ParseError::BadVersion(bth.tver));
         }
-        let ext = if bth.opcode.has_imm() || bth.opcode.has_aeth() {
-            EXT_LEN
-        } else {
-            0
-        };
+        let ext = bth.opcode.header_len() - BTH_LEN;
         let need = BTH_LEN + ext + ICRC_LEN;
         if wire_len < need || have < BTH_LEN + ext {
             return Err(ParseError::Truncated {
@@ -369,12 +385,7 @@ impl<'a> Packet<'a> {
 
     /// Bytes `emit` writes for a packet with these headers and payload length.
     pub fn wire_len(opcode: Opcode, payload_len: usize) -> usize {
-        let ext = if opcode.has_imm() || opcode.has_aeth() {
-            EXT_LEN
-        } else {
-            0
-        };
-        BTH_LEN + ext + payload_len.next_multiple_of(4) + ICRC_LEN
+        opcode.header_len() + payload_len.next_multiple_of(4) + ICRC_LEN
     }
 }
 
