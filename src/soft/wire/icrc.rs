@@ -36,6 +36,33 @@ pub struct Ipv4Udp {
 }
 
 impl Ipv4Udp {
+    /// Writes the masked pseudo-header the ICRC starts with (the LRH stand-in,
+    /// the IPv4 header with TOS, TTL and checksum all ones, the UDP header
+    /// with checksum all ones) for a UDP payload of `pkt_len` bytes into the
+    /// first [`HEADROOM`] bytes of `out`.
+    fn pseudo_header(&self, pkt_len: usize, out: &mut [u8]) {
+        let udp_len = (8 + pkt_len) as u16;
+        let frag: u16 = if self.dont_fragment { 0x4000 } else { 0 };
+        let h = &mut out[..HEADROOM];
+        h[..8].fill(0xff);
+        let ip = &mut h[8..28];
+        ip[0] = 0x45;
+        ip[1] = 0xff; // TOS masked
+        ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
+        ip[6..8].copy_from_slice(&frag.to_be_bytes());
+        ip[8] = 0xff; // TTL masked
+        ip[9] = 17; // UDP
+        ip[10..12].fill(0xff); // checksum masked
+        ip[12..16].copy_from_slice(&self.src.octets());
+        ip[16..20].copy_from_slice(&self.dst.octets());
+        let udp = &mut h[28..36];
+        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
+        udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        udp[6..8].fill(0xff); // checksum masked
+    }
+
     /// The ICRC of the UDP payload `pkt` (BTH .. pad, then the 4 ICRC bytes,
     /// whose value is ignored). `pkt` must be at least BTH + ICRC long.
     pub fn compute(&self, pkt: &[u8]) -> u32 {
@@ -53,29 +80,10 @@ impl Ipv4Udp {
         if total < BTH_LEN + ICRC_LEN || first.len() < BTH_LEN {
             return None;
         }
-        let udp_len = (8 + total) as u16;
-        let ip_len = 20 + udp_len;
-        let frag: u16 = if self.dont_fragment { 0x4000 } else { 0 };
-        let mut hdr = [0u8; 8 + 20 + 8 + BTH_LEN];
-        hdr[..8].fill(0xff);
-        let ip = &mut hdr[8..28];
-        ip[0] = 0x45;
-        ip[1] = 0xff; // TOS masked
-        ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
-        ip[6..8].copy_from_slice(&frag.to_be_bytes());
-        ip[8] = 0xff; // TTL masked
-        ip[9] = 17; // UDP
-        ip[10..12].fill(0xff); // checksum masked
-        ip[12..16].copy_from_slice(&self.src.octets());
-        ip[16..20].copy_from_slice(&self.dst.octets());
-        let udp = &mut hdr[28..36];
-        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
-        udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        udp[6..8].fill(0xff); // checksum masked
-        hdr[36..48].copy_from_slice(&first[..BTH_LEN]);
-        hdr[36 + 4] = 0xff; // FECN | BECN | resv6 masked
+        let mut hdr = [0u8; HEADROOM + BTH_LEN];
+        self.pseudo_header(total, &mut hdr);
+        hdr[HEADROOM..].copy_from_slice(&first[..BTH_LEN]);
+        hdr[HEADROOM + 4] = 0xff; // FECN | BECN | resv6 masked
         let mut h = crc32fast::Hasher::new();
         h.update(&hdr);
         let mut left = total - BTH_LEN - ICRC_LEN;
@@ -118,26 +126,7 @@ impl Ipv4Udp {
             "buffer shorter than headroom + BTH + ICRC"
         );
         let pkt_len = buf.len() - HEADROOM;
-        let udp_len = (8 + pkt_len) as u16;
-        let frag: u16 = if self.dont_fragment { 0x4000 } else { 0 };
-        let h = &mut buf[..HEADROOM];
-        h[..8].fill(0xff);
-        let ip = &mut h[8..28];
-        ip[0] = 0x45;
-        ip[1] = 0xff;
-        ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-        ip[4..6].copy_from_slice(&self.ip_id.to_be_bytes());
-        ip[6..8].copy_from_slice(&frag.to_be_bytes());
-        ip[8] = 0xff;
-        ip[9] = 17;
-        ip[10..12].fill(0xff);
-        ip[12..16].copy_from_slice(&self.src.octets());
-        ip[16..20].copy_from_slice(&self.dst.octets());
-        let udp = &mut h[28..36];
-        udp[0..2].copy_from_slice(&self.src_port.to_be_bytes());
-        udp[2..4].copy_from_slice(&self.dst_port.to_be_bytes());
-        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        udp[6..8].fill(0xff);
+        self.pseudo_header(pkt_len, buf);
         let fb = buf[HEADROOM + 4];
         buf[HEADROOM + 4] = 0xff;
         let crc = crc32fast::hash(&buf[..buf.len() - ICRC_LEN]);
