@@ -236,12 +236,15 @@ impl UdpIo {
     pub(crate) fn enable_raw_capture(&mut self) -> Result<String> {
         let local = self.local_addr()?;
         let (ifindex, ifname) = interface_of(*local.ip())?;
+        // Protocol 0: the socket receives nothing until bind() names one,
+        // after its filter is attached, so no unfiltered packet (another
+        // link's data, ACKs) is ever queued on it.
         // SAFETY: plain syscall; the result is checked and owned below.
         let fd = unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                (libc::ETH_P_IP as u16).to_be() as i32,
+                0,
             )
         };
         if fd < 0 {
