@@ -35,14 +35,15 @@ pub struct Landing {
     pub len: u32,
 }
 
+/// Bytes in front of the UDP payload in a raw capture: IPv4 (no options) + UDP.
+const RAW_PREFIX: usize = 28;
+
 /// A bound, non-blocking UDP socket with receive buffers for a batch.
 pub struct UdpIo {
     sock: UdpSocket,
     // Raw capture mode: packets are read here, IP header included (their
     // ICRC is checked), and the UDP socket only sends.
     raw: Option<OwnedFd>,
-    // Bytes in front of the UDP payload in a raw capture: IP + UDP (28).
-    prefix: usize,
     // Per datagram of the last batch: its prefix (28 from the capture
     // socket, 0 from the UDP socket).
     pre: Vec<usize>,
@@ -139,7 +140,6 @@ impl UdpIo {
         Ok(UdpIo {
             sock,
             raw: None,
-            prefix: 28,
             pre: vec![0; batch],
             via_udp: 0,
             base: vec![0; batch],
@@ -354,7 +354,7 @@ impl UdpIo {
         plan: &[Landing],
     ) -> Result<usize> {
         let n = self.bufs.len();
-        let prefix = if raw { self.prefix } else { 0 };
+        let prefix = if raw { RAW_PREFIX } else { 0 };
         for i in 0..n {
             self.pre[i] = prefix;
             let buf = self.bufs[i].as_mut_ptr();
@@ -481,7 +481,8 @@ impl UdpIo {
     /// Raw capture: whether datagram `i`'s ICRC is right (`None` when not
     /// in raw mode). Reads a scattered payload where it landed in the slab.
     pub(crate) fn icrc_ok(&self, i: usize, slab: &Slab) -> Option<bool> {
-        let ctx = self.ctx[i].filter(|_| self.raw.is_some())?;
+        // Set only for datagrams read from the capture socket.
+        let ctx = self.ctx[i]?;
         let b = self.base[i];
         let n = self.lens[i];
         Some(match self.landing[i] {
