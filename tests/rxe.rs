@@ -18,6 +18,9 @@ use rocev2::{
     ConnectParams, Device, DeviceConfig, ErrorKind, Frame, Gid, Mtu, Server, ServerConfig,
 };
 
+mod common;
+use common::field;
+
 const VM: &str = "runs in the rxe VM: tests/vm/run.sh";
 
 fn env_u8(k: &str) -> u8 {
@@ -298,17 +301,6 @@ fn stop_and_teardown_on_a_live_qp() {
 
 fn cli() -> &'static str {
     env!("CARGO_BIN_EXE_rocev2")
-}
-
-fn field(json: &str, key: &str) -> String {
-    let at = json
-        .find(&format!("\"{key}\": "))
-        .unwrap_or_else(|| panic!("{key} in {json}"));
-    let rest = &json[at + key.len() + 4..];
-    let rest = rest.trim_start_matches('"');
-    rest.chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == ':')
-        .collect()
 }
 
 #[test]

@@ -5,17 +5,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
-fn field(json: &str, key: &str) -> u64 {
-    let at = json
-        .find(&format!("\"{key}\": "))
-        .unwrap_or_else(|| panic!("{key} in {json}"));
-    json[at + key.len() + 4..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
+mod common;
+use common::number;
 
 #[test]
 fn recv_and_fpga_sim_interoperate() {
@@ -48,11 +39,11 @@ fn recv_and_fpga_sim_interoperate() {
     let mut params = String::new();
     out.read_line(&mut params).unwrap();
     let (qpn, psn, port) = (
-        field(&params, "qpn"),
-        field(&params, "sq_psn"),
-        field(&params, "udp_port"),
+        number(&params, "qpn"),
+        number(&params, "sq_psn"),
+        number(&params, "udp_port"),
     );
-    assert_eq!(field(&params, "mr_len"), 64 * 8192);
+    assert_eq!(number(&params, "mr_len"), 64 * 8192);
     let sim = Command::new(exe)
         .args([
             "fpga-sim",
@@ -83,13 +74,13 @@ fn recv_and_fpga_sim_interoperate() {
         String::from_utf8_lossy(&sim.stderr)
     );
     let sim_json = String::from_utf8(sim.stdout).unwrap();
-    assert_eq!(field(&sim_json, "frames"), 5000);
+    assert_eq!(number(&sim_json, "frames"), 5000);
     let mut summary = String::new();
     out.read_to_string(&mut summary).unwrap();
     assert!(recv.wait().unwrap().success(), "{summary}");
-    assert_eq!(field(&summary, "frames"), 5000, "{summary}");
-    assert_eq!(field(&summary, "bytes"), 5000 * 8000);
-    assert_eq!(field(&summary, "verify_errors"), 0);
+    assert_eq!(number(&summary, "frames"), 5000, "{summary}");
+    assert_eq!(number(&summary, "bytes"), 5000 * 8000);
+    assert_eq!(number(&summary, "verify_errors"), 0);
 }
 
 #[test]
