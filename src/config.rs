@@ -3,6 +3,7 @@
 //! match rogue's where rogue has one (its tests match substrings).
 
 use crate::error::{Error, Result};
+use crate::wire::MASK_24;
 
 /// rogue's `DefaultMaxPayload`: bytes per receive slot.
 pub const DEFAULT_MAX_PAYLOAD: u32 = 9000;
@@ -20,8 +21,6 @@ pub const MAX_RX_QUEUE_DEPTH: u32 = 65536;
 pub const MAX_PAYLOAD_LIMIT: u32 = 1 << 30;
 /// The UDP port of RoCEv2.
 pub const ROCE_UDP_PORT: u16 = 4791;
-/// Largest 24-bit value (QPNs and PSNs are 24 bits on the wire).
-pub const MAX_24BIT: u32 = 0x00FF_FFFF;
 
 /// Path MTU (libibverbs `enum ibv_mtu` codes 1..5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -316,12 +315,12 @@ impl ConnectParams {
     pub fn new(fpga_qpn: u32, fpga_rq_psn: u32, pmtu: u32, min_rnr_timer: u32) -> Result<Self> {
         let pmtu = Mtu::from_code(pmtu)?;
         let min_rnr_timer = RnrTimer::from_code(min_rnr_timer)?;
-        if fpga_qpn > MAX_24BIT {
+        if fpga_qpn > MASK_24 {
             return Err(Error::invalid(format!(
                 "fpgaQpn must be a 24-bit QP number (0..0xffffff); got {fpga_qpn:#x}"
             )));
         }
-        if fpga_rq_psn > MAX_24BIT {
+        if fpga_rq_psn > MASK_24 {
             return Err(Error::invalid(format!(
                 "fpgaRqPsn must be a 24-bit PSN (0..0xffffff); got {fpga_rq_psn:#x}"
             )));

@@ -27,15 +27,20 @@
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub mod bench;
 pub mod config;
+pub mod emulator;
 pub mod error;
 pub mod ffi;
 pub mod gid;
+mod net;
 mod server;
 pub mod soft;
 mod sys;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod wire;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -152,17 +157,5 @@ impl Deref for Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.core.stop();
-    }
-}
-
-/// Benchmark harnesses (used by `rocev2 bench`): each figure is measured
-/// against a reference in the same run.
-pub mod bench {
-    pub use crate::soft::bench::{icrc_vs_raw_crc, soft_end_to_end, udp_ceiling, Rate};
-
-    /// Server-core cost per frame (completion -> loan -> callback -> release
-    /// -> batched re-post) with an in-memory completion source, in ns.
-    pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> crate::Result<f64> {
-        crate::server::bench::dispatch_ns_per_frame(frames, rx_queue_depth)
     }
 }

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rocev2::soft::emulator::{EmulatorConfig, Faults, FpgaEmulator};
-use rocev2::soft::pattern;
-use rocev2::soft::wire::{emit, icrc::Ipv4Udp, Bth, Opcode, Packet};
+use rocev2::emulator::pattern;
+use rocev2::emulator::{EmulatorConfig, Faults, FpgaEmulator};
+use rocev2::wire::{emit, icrc::Ipv4Udp, Bth, Opcode, Packet};
 use rocev2::{ConnectParams, Device, DeviceConfig, IcrcCheck, Server, ServerConfig, Stats};
 
 struct Rig {

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
-use rocev2::soft::wire::icrc::{split_ipv4_udp, Ipv4Udp};
-use rocev2::soft::wire::{emit, Aeth, Bth, Opcode, Packet, Syndrome};
+use rocev2::wire::icrc::{split_ipv4_udp, Ipv4Udp};
+use rocev2::wire::{emit, Aeth, Bth, Opcode, Packet, Syndrome};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/scapy_oracle.py");
 

@@ -10,9 +10,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use rocev2::emulator::pattern;
+use rocev2::emulator::{EmulatorConfig, FpgaEmulator};
 use rocev2::ffi::*;
-use rocev2::soft::emulator::{EmulatorConfig, FpgaEmulator};
-use rocev2::soft::pattern;
 
 /// fd and RSS accounting needs the process to itself: the tests take turns.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rocev2::soft::pattern;
-use rocev2::verbs::requester::VerbsRequester;
+use rocev2::emulator::pattern;
+use rocev2::emulator::verbs::VerbsRequester;
 use rocev2::verbs::VerbsDevice;
 use rocev2::{
     ConnectParams, Device, DeviceConfig, ErrorKind, Frame, Gid, Mtu, Server, ServerConfig,

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use rocev2::soft::emulator::{EmulatorConfig, Faults, FpgaEmulator};
-use rocev2::soft::pattern;
+use rocev2::emulator::pattern;
+use rocev2::emulator::{EmulatorConfig, Faults, FpgaEmulator};
 use rocev2::{ConnectParams, Device, DeviceConfig, Frame, Server, ServerConfig};
 
 /// An ACK means the data is in host memory; the callback may still be running

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, VecDeque};
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use rocev2::soft::responder::{Responder, ResponderConfig, Verdict};
-use rocev2::soft::wire::{psn, Bth, Opcode};
+use rocev2::wire::{psn, Bth, Opcode};
 
 #[derive(Arbitrary, Debug)]
 enum Op {

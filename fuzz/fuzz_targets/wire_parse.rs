@@ -2,7 +2,7 @@
 //! never panics; whatever parses re-encodes to the same packet.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rocev2::soft::wire::{emit, icrc::split_ipv4_udp, Packet};
+use rocev2::wire::{emit, icrc::split_ipv4_udp, Packet};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(p) = Packet::parse(data) {

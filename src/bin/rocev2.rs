@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rocev2::soft::bench::{udp_ceiling, Rate};
-use rocev2::soft::emulator::{EmulatorConfig, Faults, FpgaEmulator};
-use rocev2::soft::pattern;
+use rocev2::bench::{udp_ceiling, Rate};
+use rocev2::emulator::pattern;
+use rocev2::emulator::{EmulatorConfig, Faults, FpgaEmulator};
 use rocev2::{ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig};
 
 const USAGE: &str = "usage: rocev2 <command> [--option value ...]
@@ -319,8 +319,8 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
         let secs: f64 = secs
             .parse()
             .map_err(|_| "--udp-ceiling takes seconds".to_string())?;
-        let wire = rocev2::soft::wire::Packet::wire_len(
-            rocev2::soft::wire::Opcode::SendOnlyImm,
+        let wire = rocev2::wire::Packet::wire_len(
+            rocev2::wire::Opcode::SendOnlyImm,
             size.min(128 << pmtu),
         );
         let c = udp_ceiling(wire, Duration::from_secs_f64(secs)).map_err(|e| e.to_string())?;
@@ -493,7 +493,7 @@ fn fpga_sim(o: &Opts) -> Result<ExitCode, String> {
 
 #[cfg(feature = "verbs")]
 fn verbs_fpga(o: &Opts) -> Result<ExitCode, String> {
-    use rocev2::verbs::{requester::VerbsRequester, VerbsDevice};
+    use rocev2::{emulator::verbs::VerbsRequester, verbs::VerbsDevice};
     let name = o.get("device").ok_or("--device is required")?;
     let dev = VerbsDevice::open(name, num(o, "ib-port", 1u8)?, num(o, "gid-index", 0u8)?)
         .map_err(|e| e.to_string())?;
@@ -537,7 +537,7 @@ fn verbs_fpga(o: &Opts) -> Result<ExitCode, String> {
 
 fn bench(o: &Opts) -> Result<ExitCode, String> {
     use rocev2::bench::*;
-    use rocev2::soft::wire::{Opcode, Packet};
+    use rocev2::wire::{Opcode, Packet};
     let frames: u64 = num(o, "frames", 200_000u64)?;
     let secs = Duration::from_secs_f64(float(o, "seconds", 1.0)?);
     let e = |e: rocev2::Error| e.to_string();

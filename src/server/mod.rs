@@ -21,10 +21,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::config::{ConnectParams, HostParams, ServerConfig, MAX_24BIT};
+use crate::config::{ConnectParams, HostParams, ServerConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::sys::{random_u32, EventFd, Slab};
+use crate::wire::MASK_24;
 
 pub(crate) use ring::SlotRing;
 pub(crate) use stats::Counters;
@@ -226,8 +227,8 @@ impl ServerCore {
         let info = backend.info();
         let host = HostParams {
             qpn: info.qpn,
-            rq_psn: random_u32() & MAX_24BIT,
-            sq_psn: random_u32() & MAX_24BIT,
+            rq_psn: random_u32() & MASK_24,
+            sq_psn: random_u32() & MASK_24,
             mr_addr: slab.base_addr(),
             mr_len: slab.len() as u32,
             mr_rkey: info.rkey,

@@ -160,7 +160,7 @@ fn host_params_describe_the_slab() {
     assert_eq!(p.qpn, 0x42);
     assert_eq!(p.mr_len, 8000);
     assert_eq!(p.mr_addr % 4096, 0);
-    assert!(p.rq_psn <= MAX_24BIT && p.sq_psn <= MAX_24BIT);
+    assert!(p.rq_psn <= MASK_24 && p.sq_psn <= MASK_24);
     assert_eq!(p.mr_rkey, 7);
 }
 

@@ -6,12 +6,12 @@
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 
-use super::wire::icrc::Ipv4Udp;
-use super::wire::{self, Bth, Opcode, Packet};
 use super::*;
 use crate::config::ConnectParams;
 use crate::server::{Backend, Completion, CompletionKind, Counters};
 use crate::sys::Slab;
+use crate::wire::icrc::Ipv4Udp;
+use crate::wire::{self, Bth, Opcode, Packet};
 
 const FPGA_QPN: u32 = 0x77;
 const PSN0: u32 = 0xff_fff0; // wraps inside most tests

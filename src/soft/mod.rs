@@ -21,30 +21,25 @@
 
 #[cfg(test)]
 mod backend_tests;
-pub mod bench;
-pub mod emulator;
-pub mod net;
-pub mod pattern;
-pub mod requester;
 pub mod responder;
 #[cfg(test)]
 mod sim_tests;
-pub mod wire;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::config::{ConnectParams, DeviceConfig, IcrcCheck, MAX_24BIT};
+use crate::config::{ConnectParams, DeviceConfig, IcrcCheck};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
+use crate::net::{self, Landing, UdpIo};
 use crate::server::{Backend, BackendInfo, Completion, CompletionKind, Counters, POLL_BATCH};
 use crate::sys::{poll_readable, random_u32, Slab};
-use net::{Landing, UdpIo};
+use crate::wire::icrc::{Ipv4Udp, HEADROOM};
+use crate::wire::MASK_24;
+use crate::wire::{self, Aeth, Bth, Headers, Opcode, Packet};
 use responder::{DropReason, Responder, ResponderConfig, Verdict};
-use wire::icrc::{Ipv4Udp, HEADROOM};
-use wire::{Aeth, Bth, Headers, Opcode, Packet};
 
 /// True when this process may open the raw capture socket that checks
 /// received ICRCs (CAP_NET_RAW in its network namespace).
@@ -176,7 +171,7 @@ impl SoftBackend {
             peer_udp_port: dev.peer_udp_port,
             slab: Arc::clone(slab),
             counters: Arc::clone(counters),
-            qpn: 2 + random_u32() % (MAX_24BIT - 1),
+            qpn: 2 + random_u32() % (MASK_24 - 1),
             rkey: random_u32(),
             posted_before_connect: Vec::new(),
             resp: None,

@@ -18,7 +18,7 @@
 
 use std::collections::VecDeque;
 
-use super::wire::{psn, Bth, Opcode, Syndrome, ACK_UNLIMITED};
+use crate::wire::{psn, Bth, Opcode, Syndrome, ACK_UNLIMITED};
 
 /// Responder settings.
 #[derive(Debug, Clone, Copy)]

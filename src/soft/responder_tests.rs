@@ -3,7 +3,7 @@
 //! foreign packets and ACK coalescing.
 
 use super::*;
-use crate::soft::wire::{Bth, Opcode, Syndrome};
+use crate::wire::{Bth, Opcode, Syndrome};
 
 const QPN: u32 = 0x1234;
 const PMTU: u32 = 256;

@@ -8,9 +8,9 @@ use std::collections::VecDeque;
 
 use proptest::prelude::*;
 
-use super::requester::{Requester, RequesterConfig};
 use super::responder::{Responder, ResponderConfig, Verdict};
-use super::wire::{Aeth, Bth};
+use crate::emulator::requester::{Requester, RequesterConfig};
+use crate::wire::{Aeth, Bth};
 
 struct Rng(u64);
 impl Rng {

@@ -15,13 +15,16 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-pub mod requester;
-
-use crate::config::{ConnectParams, MAX_24BIT};
+use crate::config::ConnectParams;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::server::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
 use crate::sys::{poll_readable, Slab};
+use crate::wire::psn;
+
+mod ibv;
+
+pub(crate) use ibv::{CompChannel, Cq, Mr, Qp};
 
 fn errno_text() -> String {
     std::io::Error::last_os_error().to_string()
@@ -362,7 +365,7 @@ impl VerbsDevice {
         qa.qp_state = ibv_qp_state::IBV_QPS_RTR;
         qa.path_mtu = pmtu.code();
         qa.dest_qp_num = dest_qpn;
-        qa.rq_psn = rq_psn & MAX_24BIT;
+        qa.rq_psn = rq_psn & psn::MASK;
         qa.max_dest_rd_atomic = 0;
         qa.min_rnr_timer = min_rnr_timer;
         qa.ah_attr.is_global = 1;
@@ -383,7 +386,7 @@ impl VerbsDevice {
         // SAFETY: plain data; zeroed is valid.
         let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
         qa.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        qa.sq_psn = sq_psn & MAX_24BIT;
+        qa.sq_psn = sq_psn & psn::MASK;
         qa.timeout = 14;
         qa.retry_cnt = 7;
         qa.rnr_retry = 7;
@@ -411,19 +414,15 @@ impl Drop for VerbsDevice {
 }
 
 /// One RC QP with its CQ, completion channel and MR over the server's slab.
+/// Fields in reverse order of creation: dropped QP first, slab last.
 pub(crate) struct VerbsBackend {
-    dev: Arc<VerbsDevice>,
+    qp: Qp,
+    cq: Cq,
+    channel: CompChannel,
+    mr: Mr,
     /// Keeps the registered memory alive until the MR is deregistered.
     slab: Arc<Slab>,
-    mr: *mut ibv_mr,
-    channel: *mut ibv_comp_channel,
-    cq: *mut ibv_cq,
-    qp: *mut ibv_qp,
     gid: Gid,
-    slab_base: u64,
-    slot_size: u32,
-    slots: u32,
-    unacked_events: u32,
     wcs: Vec<ibv_wc>,
     sges: Vec<ibv_sge>,
     wrs: Vec<ibv_recv_wr>,
@@ -435,7 +434,7 @@ unsafe impl Send for VerbsBackend {}
 
 impl VerbsBackend {
     /// MR, completion channel, CQ, RC QP -> INIT and the GID check, all on `dev`.
-    /// Everything created so far is released on failure (Drop handles nulls).
+    /// Everything created so far is released on failure (each object's Drop).
     pub(crate) fn create(
         dev: Arc<VerbsDevice>,
         slab: &Arc<Slab>,
@@ -449,108 +448,44 @@ impl VerbsBackend {
                 dev.name, attr.max_qp_wr, attr.max_cqe
             )));
         }
-        let mut b = VerbsBackend {
-            dev,
+        let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        if mr_remote_write {
+            access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        }
+        // SAFETY: the backend holds an Arc to the slab, declared after the
+        // MR, so the memory outlives the registration.
+        let mr =
+            unsafe { Mr::register(&dev, slab.base_ptr(), slab.len() as usize, access, "slab") }?;
+        let channel = CompChannel::create(&dev)?;
+        let cq = Cq::create(&dev, depth, Some(&channel), "receive")?;
+        let qp = Qp::create_rc(&dev, &cq, 1, depth, "QP")?;
+        let gid = dev.query_gid(dev.ib_port, dev.gid_index as u32)?;
+        if gid.is_zero() {
+            return Err(Error::device(format!(
+                "GID query returned all-zero for gidIndex={} on device '{}' (likely \
+                 out-of-range; rdma_rxe does not validate gidIndex and returns an empty GID for \
+                 unused slots): pick a populated index from `rocev2 info`",
+                dev.gid_index, dev.name
+            )));
+        }
+        Ok(VerbsBackend {
+            qp,
+            cq,
+            channel,
+            mr,
             slab: Arc::clone(slab),
-            mr: ptr::null_mut(),
-            channel: ptr::null_mut(),
-            cq: ptr::null_mut(),
-            qp: ptr::null_mut(),
-            gid: Gid::default(),
-            slab_base: slab.base_addr(),
-            slot_size: slab.slot_size(),
-            slots: depth,
-            unacked_events: 0,
+            gid,
             // SAFETY: ibv_wc is plain data; zeroed is valid.
             wcs: (0..POLL_BATCH)
                 .map(|_| unsafe { std::mem::zeroed() })
                 .collect(),
             sges: Vec::with_capacity(depth as usize),
             wrs: Vec::with_capacity(depth as usize),
-        };
-        let name = b.dev.name.clone();
-        let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        if mr_remote_write {
-            access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        }
-        // SAFETY: the backend holds an Arc to the slab, so the memory outlives
-        // the MR (deregistered in Drop); pd is live.
-        b.mr = unsafe {
-            ibv_reg_mr(
-                b.dev.pd,
-                b.slab.base_ptr() as *mut _,
-                b.slab.len() as usize,
-                access as i32,
-            )
-        };
-        if b.mr.is_null() {
-            return Err(Error::device(format!(
-                "ibv_reg_mr failed on '{name}' ({} bytes): {} (raise `ulimit -l`, the locked-memory limit)",
-                slab.len(),
-                errno_text()
-            )));
-        }
-        // SAFETY: ctx is live.
-        b.channel = unsafe { ibv_create_comp_channel(b.dev.ctx) };
-        if b.channel.is_null() {
-            return Err(Error::device(format!(
-                "ibv_create_comp_channel failed on '{name}': {}",
-                errno_text()
-            )));
-        }
-        // SAFETY: channel is live; fcntl on its fd.
-        let fd = unsafe { (*b.channel).fd };
-        // SAFETY: F_GETFL/F_SETFL on a valid fd.
-        let ok = unsafe {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
-        };
-        if !ok {
-            return Err(Error::io(
-                "setting the completion channel non-blocking",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: ctx and channel are live.
-        b.cq = unsafe { ibv_create_cq(b.dev.ctx, depth as i32, ptr::null_mut(), b.channel, 0) };
-        if b.cq.is_null() {
-            return Err(Error::device(format!(
-                "ibv_create_cq ({depth} entries) failed on '{name}': {}",
-                errno_text()
-            )));
-        }
-        // SAFETY: ibv_qp_init_attr is plain data; zeroed is valid.
-        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.qp_type = ibv_qp_type::IBV_QPT_RC;
-        init.sq_sig_all = 0;
-        init.send_cq = b.cq;
-        init.recv_cq = b.cq;
-        init.cap.max_recv_wr = depth;
-        init.cap.max_send_wr = 1;
-        init.cap.max_recv_sge = 1;
-        init.cap.max_send_sge = 1;
-        // SAFETY: pd and cq are live; init is valid.
-        b.qp = unsafe { ibv_create_qp(b.dev.pd, &mut init) };
-        if b.qp.is_null() {
-            return Err(Error::device(format!(
-                "ibv_create_qp (RC) failed on '{name}': {}",
-                errno_text()
-            )));
-        }
-        // RESET -> INIT, no remote access rights.
-        // SAFETY: b.qp was just created on this device.
-        unsafe { b.dev.qp_to_init(b.qp, "QP") }?;
-        let gid = b.dev.query_gid(b.dev.ib_port, b.dev.gid_index as u32)?;
-        if gid.is_zero() {
-            return Err(Error::device(format!(
-                "GID query returned all-zero for gidIndex={} on device '{name}' (likely \
-                 out-of-range; rdma_rxe does not validate gidIndex and returns an empty GID for \
-                 unused slots): pick a populated index from `rocev2 info`",
-                b.dev.gid_index
-            )));
-        }
-        b.gid = gid;
-        Ok(b)
+        })
+    }
+
+    fn name(&self) -> &str {
+        &self.qp.device().name
     }
 
     fn status_text(status: ibv_wc_status::Type) -> &'static str {
@@ -564,11 +499,9 @@ impl VerbsBackend {
 impl Backend for VerbsBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            // SAFETY: qp is live.
-            qpn: unsafe { (*self.qp).qp_num } & MAX_24BIT,
+            qpn: self.qp.qpn(),
             gid: self.gid,
-            // SAFETY: mr is live.
-            rkey: unsafe { (*self.mr).rkey },
+            rkey: self.mr.rkey(),
             udp_port: crate::config::ROCE_UDP_PORT,
         }
     }
@@ -577,20 +510,20 @@ impl Backend for VerbsBackend {
         if slots.is_empty() {
             return Ok(());
         }
-        // SAFETY: mr is live.
-        let lkey = unsafe { (*self.mr).lkey };
+        let lkey = self.mr.lkey();
+        let (slots_n, slot_size) = (self.slab.slots(), self.slab.slot_size());
         self.sges.clear();
         self.wrs.clear();
         for &slot in slots {
-            if slot >= self.slots {
+            if slot >= slots_n {
                 return Err(Error::new(
                     ErrorKind::Internal,
-                    format!("slot={slot} out of range (numBufs={})", self.slots),
+                    format!("slot={slot} out of range (numBufs={slots_n})"),
                 ));
             }
             self.sges.push(ibv_sge {
-                addr: self.slab_base + slot as u64 * self.slot_size as u64,
-                length: self.slot_size,
+                addr: self.slab.base_addr() + slot as u64 * slot_size as u64,
+                length: slot_size,
                 lkey,
             });
         }
@@ -611,12 +544,12 @@ impl Backend for VerbsBackend {
         let mut bad: *mut ibv_recv_wr = ptr::null_mut();
         // SAFETY: qp is live; the chain and its SGEs live until the call returns
         // (the provider copies them into the receive queue).
-        let rc = unsafe { ibv_post_recv(self.qp, base, &mut bad) };
+        let rc = unsafe { ibv_post_recv(self.qp.as_ptr(), base, &mut bad) };
         if rc != 0 {
             return Err(Error::device(format!(
                 "ibv_post_recv failed ({} slots) on '{}': {}",
                 slots.len(),
-                self.dev.name,
+                self.name(),
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
@@ -624,10 +557,10 @@ impl Backend for VerbsBackend {
     }
 
     fn connect(&mut self, p: &ConnectParams, fpga_gid: Gid, sq_psn: u32) -> Result<()> {
-        // SAFETY: self.qp is live (created in `create`, destroyed in Drop).
+        // SAFETY: self.qp is live (owned by this backend).
         unsafe {
-            self.dev.qp_to_rts(
-                self.qp,
+            self.qp.device().qp_to_rts(
+                self.qp.as_ptr(),
                 p.fpga_qpn,
                 fpga_gid,
                 p.fpga_rq_psn,
@@ -640,21 +573,14 @@ impl Backend for VerbsBackend {
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
-        // SAFETY: cq is live; wcs has POLL_BATCH entries.
-        let n = unsafe { ibv_poll_cq(self.cq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
-        if n < 0 {
-            return Err(Error::device(format!(
-                "ibv_poll_cq failed on '{}' ({n})",
-                self.dev.name
-            )));
-        }
-        for wc in &self.wcs[..n as usize] {
+        let n = self.cq.poll(&mut self.wcs)?;
+        let slots = self.slab.slots();
+        for wc in &self.wcs[..n] {
             let slot = wc.wr_id as u32;
-            if wc.wr_id >= self.slots as u64 {
+            if wc.wr_id >= slots as u64 {
                 log::warn!(
-                    "CQ returned out-of-range wr_id={} (numBufs={}); discarding",
-                    wc.wr_id,
-                    self.slots
+                    "CQ returned out-of-range wr_id={} (numBufs={slots}); discarding",
+                    wc.wr_id
                 );
                 continue;
             }
@@ -688,57 +614,14 @@ impl Backend for VerbsBackend {
     }
 
     fn arm(&mut self) -> Result<()> {
-        // SAFETY: cq is live.
-        if unsafe { ibv_req_notify_cq(self.cq, 0) } != 0 {
-            return Err(Error::device(format!(
-                "ibv_req_notify_cq failed on '{}'",
-                self.dev.name
-            )));
-        }
-        Ok(())
+        self.cq.arm()
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
-        // SAFETY: channel is live.
-        let fd = unsafe { (*self.channel).fd };
-        let ready = poll_readable(&[fd, wake_fd], -1)?;
+        let ready = poll_readable(&[self.channel.fd(), wake_fd], -1)?;
         if ready[0] {
-            let mut cq: *mut ibv_cq = ptr::null_mut();
-            let mut ctx: *mut libc::c_void = ptr::null_mut();
-            // SAFETY: channel is live and non-blocking; out-pointers valid.
-            while unsafe { ibv_get_cq_event(self.channel, &mut cq, &mut ctx) } == 0 {
-                self.unacked_events += 1;
-            }
-            if self.unacked_events > 0 {
-                // SAFETY: acks events taken from this CQ's channel.
-                unsafe { ibv_ack_cq_events(self.cq, self.unacked_events) };
-                self.unacked_events = 0;
-            }
+            self.channel.drain_events(&self.cq);
         }
         Ok(())
-    }
-}
-
-impl Drop for VerbsBackend {
-    fn drop(&mut self) {
-        // SAFETY: each object was created by this backend (or is null) and is
-        // destroyed once, in reverse order of creation; all CQ events are acked.
-        unsafe {
-            if !self.qp.is_null() {
-                ibv_destroy_qp(self.qp);
-            }
-            if !self.cq.is_null() {
-                if self.unacked_events > 0 {
-                    ibv_ack_cq_events(self.cq, self.unacked_events);
-                }
-                ibv_destroy_cq(self.cq);
-            }
-            if !self.channel.is_null() {
-                ibv_destroy_comp_channel(self.channel);
-            }
-            if !self.mr.is_null() {
-                ibv_dereg_mr(self.mr);
-            }
-        }
     }
 }

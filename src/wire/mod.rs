@@ -7,6 +7,12 @@
 //! with `pad` (BTH PadCnt, 0..3) bringing the payload to a multiple of 4.
 
 pub mod icrc;
+pub mod ipv4udp;
+pub mod psn;
+
+/// Mask of the 24-bit wire fields: QPN, PSN ([`psn`]), MSN, and the
+/// immediate's ring position.
+pub const MASK_24: u32 = 0x00ff_ffff;
 
 use std::fmt;
 
@@ -151,9 +157,9 @@ impl Bth {
             tver: 0,
             pkey: DEFAULT_PKEY,
             fb: 0,
-            dest_qp: dest_qp & 0xff_ffff,
+            dest_qp: dest_qp & MASK_24,
             ack_req: false,
-            psn: psn & 0xff_ffff,
+            psn: psn & MASK_24,
         }
     }
 
@@ -423,20 +429,6 @@ pub fn emit(
         *b = 0;
     }
     len
-}
-
-/// 24-bit PSN arithmetic.
-pub mod psn {
-    /// Mask of a PSN.
-    pub const MASK: u32 = 0xff_ffff;
-    /// `a - b` as a signed 24-bit distance (positive: `a` is after `b`).
-    pub fn diff(a: u32, b: u32) -> i32 {
-        ((a.wrapping_sub(b) << 8) as i32) >> 8
-    }
-    /// `a + n` modulo 2^24.
-    pub fn add(a: u32, n: u32) -> u32 {
-        a.wrapping_add(n) & MASK
-    }
 }
 
 #[cfg(test)]

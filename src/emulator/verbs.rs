@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
-use super::{errno_text, VerbsDevice};
-use crate::config::{Mtu, MAX_24BIT};
+use super::pattern;
+use crate::config::Mtu;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
-use crate::soft::pattern;
+use crate::verbs::{Cq, Mr, Qp, VerbsDevice};
+use crate::wire::MASK_24;
 
 /// What a stream achieved.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -32,13 +33,13 @@ pub struct SendStats {
     pub seconds: f64,
 }
 
-/// The FPGA stand-in on a verbs device.
+/// The FPGA stand-in on a verbs device. Fields in reverse order of
+/// creation: the QP is destroyed first, the buffer freed after its MR.
 pub struct VerbsRequester {
-    dev: Arc<VerbsDevice>,
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
     buf: Vec<u8>,
-    mr: *mut ibv_mr,
-    cq: *mut ibv_cq,
-    qp: *mut ibv_qp,
     slot_size: usize,
     inflight: usize,
     ring: u32,
@@ -56,81 +57,42 @@ impl VerbsRequester {
         max_frame: usize,
     ) -> Result<VerbsRequester> {
         let inflight = max_inflight.clamp(1, 1024);
-        let mut r = VerbsRequester {
-            buf: vec![0u8; inflight * max_frame.max(1)],
-            dev,
-            mr: ptr::null_mut(),
-            cq: ptr::null_mut(),
-            qp: ptr::null_mut(),
-            slot_size: max_frame.max(1),
+        let slot_size = max_frame.max(1);
+        let mut buf = vec![0u8; inflight * slot_size];
+        // SAFETY: buf's heap block never moves (the Vec is never resized) and
+        // is freed after the MR (field order).
+        let mr = unsafe {
+            Mr::register(
+                &dev,
+                buf.as_mut_ptr(),
+                buf.len(),
+                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
+                "requester",
+            )
+        }?;
+        let cq = Cq::create(&dev, (inflight * 2) as u32, None, "requester")?;
+        let qp = Qp::create_rc(&dev, &cq, inflight as u32, 1, "requester QP")?;
+        Ok(VerbsRequester {
+            qp,
+            cq,
+            mr,
+            buf,
+            slot_size,
             inflight,
             ring: 0,
             sent: 0,
-        };
-        let name = r.dev.name.clone();
-        // SAFETY: buf lives as long as self (dropped after the MR in Drop); pd is live.
-        r.mr = unsafe {
-            ibv_reg_mr(
-                r.dev.pd,
-                r.buf.as_mut_ptr() as *mut _,
-                r.buf.len(),
-                ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
-            )
-        };
-        if r.mr.is_null() {
-            return Err(Error::device(format!(
-                "ibv_reg_mr (requester) failed on '{name}': {}",
-                errno_text()
-            )));
-        }
-        // SAFETY: ctx is live.
-        r.cq = unsafe {
-            ibv_create_cq(
-                r.dev.ctx,
-                (inflight * 2) as i32,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                0,
-            )
-        };
-        if r.cq.is_null() {
-            return Err(Error::device(format!(
-                "ibv_create_cq (requester) failed on '{name}': {}",
-                errno_text()
-            )));
-        }
-        // SAFETY: plain data; zeroed is valid.
-        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.qp_type = ibv_qp_type::IBV_QPT_RC;
-        init.send_cq = r.cq;
-        init.recv_cq = r.cq;
-        init.cap.max_send_wr = inflight as u32;
-        init.cap.max_recv_wr = 1;
-        init.cap.max_send_sge = 1;
-        init.cap.max_recv_sge = 1;
-        // SAFETY: pd and cq are live.
-        r.qp = unsafe { ibv_create_qp(r.dev.pd, &mut init) };
-        if r.qp.is_null() {
-            return Err(Error::device(format!(
-                "ibv_create_qp (requester) failed on '{name}': {}",
-                errno_text()
-            )));
-        }
-        // SAFETY: r.qp was just created on this device.
-        unsafe { r.dev.qp_to_init(r.qp, "requester QP") }?;
-        Ok(r)
+        })
     }
 
     /// Our QP number (what the host passes as fpga_qpn).
     pub fn qpn(&self) -> u32 {
-        // SAFETY: qp is live.
-        unsafe { (*self.qp).qp_num & MAX_24BIT }
+        self.qp.qpn()
     }
 
     /// Our GID (the device's, at its GID index).
     pub fn gid(&self) -> Result<Gid> {
-        self.dev
-            .query_gid(self.dev.ib_port, self.dev.gid_index as u32)
+        let dev = self.qp.device();
+        dev.query_gid(dev.ib_port(), dev.gid_index() as u32)
     }
 
     /// INIT -> RTR -> RTS towards the host QP; our first SEND carries
@@ -142,10 +104,10 @@ impl VerbsRequester {
         start_psn: u32,
         pmtu: Mtu,
     ) -> Result<()> {
-        // SAFETY: self.qp is live (created in `create`, destroyed in Drop).
+        // SAFETY: self.qp is live (owned by self).
         unsafe {
-            self.dev.qp_to_rts(
-                self.qp,
+            self.qp.device().qp_to_rts(
+                self.qp.as_ptr(),
                 host_qpn,
                 host_gid,
                 0,
@@ -162,8 +124,7 @@ impl VerbsRequester {
         let mut sge = ibv_sge {
             addr,
             length: len as u32,
-            // SAFETY: mr is live.
-            lkey: unsafe { (*self.mr).lkey },
+            lkey: self.mr.lkey(),
         };
         // SAFETY: plain data (unions of integers and pointers); zeroed is valid.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -179,11 +140,11 @@ impl VerbsRequester {
         wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: qp live; wr and sge valid for the call (the provider copies them).
-        let rc = unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) };
+        let rc = unsafe { ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
         if rc != 0 {
             return Err(Error::device(format!(
                 "ibv_post_send failed on '{}': {}",
-                self.dev.name,
+                self.qp.device().name(),
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
@@ -242,18 +203,14 @@ impl VerbsRequester {
                     pattern::fill(seq, &mut self.buf[off..off + size]);
                 }
                 let imm = (self.ring << 8) | chans[(next % chans.len() as u64) as usize] as u32;
-                self.ring = (self.ring + 1) & MAX_24BIT;
+                self.ring = (self.ring + 1) & MASK_24;
                 let signaled = (next + 1) % sig_every == 0 || next + 1 == frames;
                 self.post(slot, size, imm, seq, signaled)?;
                 outstanding.push_back(seq);
                 next += 1;
             }
-            // SAFETY: cq live; wcs has 16 entries.
-            let n = unsafe { ibv_poll_cq(self.cq, 16, wcs.as_mut_ptr()) };
-            if n < 0 {
-                return Err(Error::device("ibv_poll_cq failed (requester)"));
-            }
-            for wc in &wcs[..n as usize] {
+            let n = self.cq.poll(&mut wcs)?;
+            for wc in &wcs[..n] {
                 let seq = wc.wr_id;
                 if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
                     // SAFETY: static string for any status value.
@@ -293,22 +250,5 @@ impl VerbsRequester {
             bytes: frames * size as u64,
             seconds: t0.elapsed().as_secs_f64(),
         })
-    }
-}
-
-impl Drop for VerbsRequester {
-    fn drop(&mut self) {
-        // SAFETY: created here (or null), destroyed once in reverse order.
-        unsafe {
-            if !self.qp.is_null() {
-                ibv_destroy_qp(self.qp);
-            }
-            if !self.cq.is_null() {
-                ibv_destroy_cq(self.cq);
-            }
-            if !self.mr.is_null() {
-                ibv_dereg_mr(self.mr);
-            }
-        }
     }
 }

@@ -13,8 +13,8 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::error::{Error, Result};
-use crate::soft::wire::icrc::{parse_ipv4_udp, Ipv4Udp};
 use crate::sys::Slab;
+use crate::wire::icrc::{parse_ipv4_udp, Ipv4Udp};
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
 pub const MAX_DATAGRAM: usize = 4096 + 64;
@@ -188,6 +188,7 @@ impl UdpIo {
         }
     }
 
+    #[cfg(test)]
     /// True in raw capture mode (received ICRCs are verifiable).
     pub fn raw_capture(&self) -> bool {
         self.raw.is_some()
@@ -217,6 +218,7 @@ impl UdpIo {
         info[SK_MEMINFO_DROPS] as u64
     }
 
+    #[cfg(test)]
     /// Raw capture mode: datagrams that arrived through the UDP socket
     /// instead (another ingress interface), ICRC unchecked.
     pub fn via_udp(&self) -> u64 {

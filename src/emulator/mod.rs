@@ -1,10 +1,10 @@
 //! The FPGA emulator: an RC requester on a UDP socket that streams frames to a
 //! rocev2 server the way SLAC surf's RoCEv2 engine does (see
-//! [`super::requester`]), with seeded fault injection (drop, duplicate,
+//! [`requester`]), with seeded fault injection (drop, duplicate,
 //! reorder) on the packets it sends and on the ACKs it receives.
 //!
 //! ```no_run
-//! # use rocev2::soft::emulator::*;
+//! # use rocev2::emulator::*;
 //! # use std::net::{Ipv4Addr, SocketAddrV4};
 //! # fn main() -> rocev2::Result<()> {
 //! let mut fpga = FpgaEmulator::new(EmulatorConfig::new(
@@ -13,22 +13,28 @@
 //!     0x123456,                                             // host QPN
 //!     0xabcdef,                                             // host SQ PSN
 //! ))?;
-//! fpga.submit(rocev2::soft::pattern::make(0, 4096), 3);
+//! fpga.submit(rocev2::emulator::pattern::make(0, 4096), 3);
 //! fpga.run_until_idle(std::time::Duration::from_secs(5))?;
 //! # Ok(()) }
 //! ```
 
+pub mod pattern;
+pub mod requester;
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-use super::net::UdpIo;
-use super::requester::{Requester, RequesterConfig, RequesterStats};
-use super::wire::icrc::{Ipv4Udp, HEADROOM};
-use super::wire::{self, Bth, Opcode, Packet};
-use crate::config::{Mtu, MAX_24BIT};
+use crate::config::Mtu;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
+use crate::net::UdpIo;
 use crate::sys::{poll_readable, random_u32};
+use crate::wire::icrc::{Ipv4Udp, HEADROOM};
+use crate::wire::MASK_24;
+use crate::wire::{self, Bth, Opcode, Packet};
+use requester::{Requester, RequesterConfig, RequesterStats};
 
 /// Seeded fault injection, applied to packets sent and ACKs received.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -104,7 +110,7 @@ impl EmulatorConfig {
             host,
             host_qpn,
             start_psn,
-            qpn: 2 + random_u32() % (MAX_24BIT - 1),
+            qpn: 2 + random_u32() % (MASK_24 - 1),
             pmtu: Mtu::Mtu4096,
             max_inflight: 16,
             timeout_code: 14,
@@ -223,7 +229,7 @@ impl FpgaEmulator {
     /// with the ring position counting frames (mod 2^24), like surf.
     pub fn submit(&mut self, data: Vec<u8>, channel: u8) {
         let imm = (self.ring << 8) | channel as u32;
-        self.ring = (self.ring + 1) & MAX_24BIT;
+        self.ring = (self.ring + 1) & MASK_24;
         self.req.submit(data, imm);
     }
 
@@ -415,7 +421,7 @@ impl FpgaEmulator {
     ) -> Result<()> {
         self.stream_with(
             frames,
-            |seq| super::pattern::make(seq, size),
+            |seq| pattern::make(seq, size),
             channels,
             queue,
             timeout,

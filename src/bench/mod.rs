@@ -1,3 +1,6 @@
+//! Benchmark harnesses for `rocev2 bench` (not a stable API: the CLI is its
+//! only user). Each figure is measured against a reference in the same run.
+//!
 //! The reference the soft backend is measured against: the raw UDP ceiling of
 //! this machine — a plain sender/receiver pair moving the same datagram sizes
 //! over loopback with the same batching syscalls (sendmmsg/recvmmsg) and no
@@ -8,8 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::net::UdpIo;
 use crate::error::Result;
+use crate::net::UdpIo;
+
+/// Server-core cost per frame (completion -> loan -> callback -> release
+/// -> batched re-post) with an in-memory completion source, in ns.
+pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> Result<f64> {
+    crate::server::bench::dispatch_ns_per_frame(frames, rx_queue_depth)
+}
 use crate::sys::poll_readable;
 
 /// A measured rate.
@@ -83,7 +92,7 @@ pub fn soft_end_to_end(
     depth: u32,
     icrc: crate::IcrcCheck,
 ) -> Result<Rate> {
-    use crate::soft::emulator::{EmulatorConfig, FpgaEmulator};
+    use crate::emulator::{EmulatorConfig, FpgaEmulator};
     use crate::{ConnectParams, Device, DeviceConfig, Server, ServerConfig};
     use std::sync::atomic::AtomicU64;
     let server = Server::create(
@@ -109,7 +118,7 @@ pub fn soft_end_to_end(
         drop(f);
     })?;
     server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, pmtu.code(), 1)?)?;
-    let template = crate::soft::pattern::make(0, size);
+    let template = crate::emulator::pattern::make(0, size);
     let t0 = Instant::now();
     emu.stream_with(
         frames,
@@ -132,8 +141,8 @@ pub fn soft_end_to_end(
 /// The two alternate in 50 rounds and each keeps its fastest round, so a
 /// noisy neighbour slows both alike instead of one of them.
 pub fn icrc_vs_raw_crc(len: usize, iters: u32) -> (f64, f64) {
-    use crate::soft::wire::{emit, icrc::Ipv4Udp, icrc::HEADROOM, Bth, Opcode, Packet};
-    let payload = crate::soft::pattern::make(1, len);
+    use crate::wire::{emit, icrc::Ipv4Udp, icrc::HEADROOM, Bth, Opcode, Packet};
+    let payload = crate::emulator::pattern::make(1, len);
     // As the send paths build packets: behind HEADROOM bytes for the pseudo-header.
     let mut buf = vec![0u8; HEADROOM + Packet::wire_len(Opcode::SendOnlyImm, len)];
     let bth = Bth::new(Opcode::SendOnlyImm, 1, 1);

@@ -7,8 +7,8 @@
 
 use std::collections::VecDeque;
 
-use super::wire::{psn, Aeth, Opcode, Syndrome};
 use crate::config::RNR_TIMER_US;
+use crate::wire::{psn, Aeth, Opcode, Syndrome};
 
 /// Requester settings.
 #[derive(Debug, Clone, Copy)]
