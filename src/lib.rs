@@ -51,7 +51,7 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use gid::{detect_gid_index, host_ip_from_gid, Gid};
-pub use server::{Frame, ServerCore, Stats};
+pub use server::{BackendStats, Frame, ServerCore, SoftStats, Stats};
 
 /// Crate version (also the C library's version string).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -133,14 +133,14 @@ impl Server {
                 let name = d.name().to_string();
                 let d = Arc::clone(d);
                 let remote_write = cfg.mr_remote_write;
-                ServerCore::create(&name, cfg, move |slab, _counters| {
+                ServerCore::create(&name, cfg, move |slab| {
                     Ok(Box::new(verbs::VerbsBackend::create(d, slab, remote_write)?) as _)
                 })
             }
             DeviceInner::Soft(d) => {
                 let d = Arc::clone(d);
-                ServerCore::create("soft", cfg, move |slab, counters| {
-                    Ok(Box::new(soft::SoftBackend::create(&d, slab, counters)?) as _)
+                ServerCore::create("soft", cfg, move |slab| {
+                    Ok(Box::new(soft::SoftBackend::create(&d, slab)?) as _)
                 })
             }
         }

@@ -178,12 +178,12 @@ fn network_faults_both_ways_lose_nothing() {
         let s = r.stats();
         let e = r.emu.stats();
         println!("{name:>14}: frames {} | injected drop {} dup {} reorder {} | server dup {} ooo {} seqNAK {} | retransmits {} timeouts {}",
-            s.frames, e.dropped, e.duplicated, e.reordered, s.duplicates, s.out_of_sequence, s.seq_naks_tx, e.requester.retransmits, e.requester.timeouts);
+            s.frames, e.dropped, e.duplicated, e.reordered, s.soft().duplicates, s.soft().out_of_sequence, s.soft().seq_naks_tx, e.requester.retransmits, e.requester.timeouts);
         assert_eq!(s.frames, 5000, "{name}");
         match name {
-            "drop" => assert!(s.seq_naks_tx > 0 && e.requester.retransmits > 0),
-            "duplicate" => assert!(s.duplicates > 0),
-            "reorder/delay" => assert!(s.out_of_sequence > 0 || s.duplicates > 0),
+            "drop" => assert!(s.soft().seq_naks_tx > 0 && e.requester.retransmits > 0),
+            "duplicate" => assert!(s.soft().duplicates > 0),
+            "reorder/delay" => assert!(s.soft().out_of_sequence > 0 || s.soft().duplicates > 0),
             _ => {}
         }
     }
@@ -208,13 +208,16 @@ fn malformed_and_foreign_packets_are_counted_drops() {
     let mut bad_pad = r.packet(Opcode::SendOnly, qpn, epsn, b"", None);
     bad_pad[1] |= 0x30;
     r.inject(&sock, &bad_pad);
-    r.settle(|s| s.malformed, base.malformed + 3);
+    r.settle(|s| s.soft().malformed, base.soft().malformed + 3);
     // Another QP's packet.
     r.inject(
         &sock,
         &r.packet(Opcode::SendOnlyImm, qpn ^ 1, epsn, b"abcd", Some(0)),
     );
-    r.settle(|s| s.foreign_packets, base.foreign_packets + 1);
+    r.settle(
+        |s| s.soft().foreign_packets,
+        base.soft().foreign_packets + 1,
+    );
     // In sequence but an RDMA WRITE (unsupported) and a SEND longer than the pmtu:
     // invalid-request NAKs, the expected PSN does not move, nothing is delivered.
     r.inject(
@@ -225,7 +228,10 @@ fn malformed_and_foreign_packets_are_counted_drops() {
         &sock,
         &r.packet(Opcode::SendOnlyImm, qpn, epsn, &vec![0u8; 4100], Some(0)),
     );
-    r.settle(|s| s.invalid_naks_tx, base.invalid_naks_tx + 2);
+    r.settle(
+        |s| s.soft().invalid_naks_tx,
+        base.soft().invalid_naks_tx + 2,
+    );
     assert_eq!(r.stats().frames, 100);
     // The link is unharmed: the FPGA goes on from where it was.
     r.stream(100, 256);
@@ -251,13 +257,13 @@ fn a_sender_restarting_with_a_stale_psn_is_never_redelivered() {
     }
     stale.run_until_idle(Duration::from_secs(10)).unwrap();
     // The stale sender saw cumulative ACKs; let the last of its packets land.
-    r.settle(|s| s.duplicates, 20);
+    r.settle(|s| s.soft().duplicates, 20);
     let s = r.stats();
     assert_eq!(
         s.frames, 50,
         "stale PSNs are duplicates: re-ACKed, never delivered"
     );
-    assert!(s.duplicates >= 20, "{s:?} {:?}", stale.stats());
+    assert!(s.soft().duplicates >= 20, "{s:?} {:?}", stale.stats());
 }
 
 #[test]

@@ -46,7 +46,7 @@ impl Rate {
 pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
     let mut rx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 64)?;
     let to = rx.local_addr()?;
-    let tx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1)?;
+    let mut tx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let sender = std::thread::spawn(move || -> Result<()> {

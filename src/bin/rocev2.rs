@@ -302,17 +302,17 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     }
     println!(
         "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks, {} socket drops",
-        s.packets_rx, s.acks_tx, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates, s.parks, s.socket_drops
+        s.soft().packets_rx, s.soft().acks_tx, s.soft().rnr_naks_tx, s.soft().seq_naks_tx, s.soft().duplicates, s.parks, s.soft().socket_drops
     );
     println!(
         "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \
          ICRC {} checked, {} unchecked",
-        s.payload_direct, s.payload_copied, s.icrc_checked, s.icrc_unchecked
+        s.soft().payload_direct, s.soft().payload_copied, s.soft().icrc_checked, s.soft().icrc_unchecked
     );
-    if s.icrc_errors > 0 {
+    if s.soft().icrc_errors > 0 {
         println!(
             "ICRC errors      : {} packets dropped for a bad ICRC (resent by the emulator)",
-            s.icrc_errors
+            s.soft().icrc_errors
         );
     }
     if let Some(secs) = o.get("udp-ceiling") {
@@ -447,7 +447,7 @@ fn recv(o: &Opts) -> Result<ExitCode, String> {
     let s = server.stats();
     println!(
         "{{\"frames\": {n}, \"bytes\": {bytes}, \"verify_errors\": {bad}, \"gbit_per_s\": {:.3}, \"rnr_naks\": {}, \"seq_naks\": {}, \"duplicates\": {}, \"icrc_checked\": {}, \"icrc_errors\": {}, \"icrc_unchecked\": {}}}",
-        r.gbit, s.rnr_naks_tx, s.seq_naks_tx, s.duplicates, s.icrc_checked, s.icrc_errors, s.icrc_unchecked
+        r.gbit, s.soft().rnr_naks_tx, s.soft().seq_naks_tx, s.soft().duplicates, s.soft().icrc_checked, s.soft().icrc_errors, s.soft().icrc_unchecked
     );
     Ok(if bad == 0 && (want == u64::MAX || n == want) {
         ExitCode::SUCCESS

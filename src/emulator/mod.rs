@@ -266,9 +266,7 @@ impl FpgaEmulator {
             bth.ack_req = true;
             // Packets are built behind HEADROOM bytes so the ICRC is one CRC pass.
             let mut buf = self.spare.pop().unwrap_or_default();
-            buf.resize(HEADROOM + Packet::wire_len(p.opcode, p.payload.len()), 0);
-            wire::emit(&bth, p.imm, None, p.payload, &mut buf[HEADROOM..]);
-            ctx.seal_in_headroom(&mut buf);
+            ctx.emit_sealed(&bth, p.imm, None, p.payload, &mut buf);
             n += 1;
             if self.rng.chance(f.corrupt) {
                 // A bit of the payload (or, without one, of the BTH's PSN).
@@ -302,10 +300,7 @@ impl FpgaEmulator {
             }
         }
         if !self.out.is_empty() {
-            let host = self.cfg.host;
-            let pkts: Vec<(SocketAddrV4, &[u8])> =
-                self.out.iter().map(|b| (host, &b[HEADROOM..])).collect();
-            let sent = self.io.send_batch(&pkts)?;
+            let sent = self.io.send_to(self.cfg.host, &self.out, HEADROOM)?;
             self.stats.packets_tx += sent as u64;
             // What the socket did not take is lost, as on a wire; the requester recovers.
             self.spare.append(&mut self.out);

@@ -780,6 +780,7 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             )));
         }
         let s = core.stats();
+        let soft = s.soft();
         let full = rocev2_stats {
             struct_size: 0,
             reserved: 0,
@@ -795,23 +796,23 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             unexpected_opcode: s.unexpected_opcode,
             invalid_releases: s.invalid_releases,
             callback_panics: s.callback_panics,
-            packets_rx: s.packets_rx,
-            packets_tx: s.packets_tx,
-            acks_tx: s.acks_tx,
-            rnr_naks_tx: s.rnr_naks_tx,
-            seq_naks_tx: s.seq_naks_tx,
-            invalid_naks_tx: s.invalid_naks_tx,
-            duplicates: s.duplicates,
-            out_of_sequence: s.out_of_sequence,
-            foreign_packets: s.foreign_packets,
-            malformed: s.malformed,
-            icrc_errors: s.icrc_errors,
-            icrc_unchecked: s.icrc_unchecked,
+            packets_rx: soft.packets_rx,
+            packets_tx: soft.packets_tx,
+            acks_tx: soft.acks_tx,
+            rnr_naks_tx: soft.rnr_naks_tx,
+            seq_naks_tx: soft.seq_naks_tx,
+            invalid_naks_tx: soft.invalid_naks_tx,
+            duplicates: soft.duplicates,
+            out_of_sequence: soft.out_of_sequence,
+            foreign_packets: soft.foreign_packets,
+            malformed: soft.malformed,
+            icrc_errors: soft.icrc_errors,
+            icrc_unchecked: soft.icrc_unchecked,
             loans_outstanding: s.loans_outstanding,
-            icrc_checked: s.icrc_checked,
-            payload_direct: s.payload_direct,
-            payload_copied: s.payload_copied,
-            socket_drops: s.socket_drops,
+            icrc_checked: soft.icrc_checked,
+            payload_direct: soft.payload_direct,
+            payload_copied: soft.payload_copied,
+            socket_drops: soft.socket_drops,
         };
         let n = cap.min(std::mem::size_of::<rocev2_stats>());
         // SAFETY: copies n bytes of a plain-data struct into the caller's

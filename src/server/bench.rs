@@ -68,7 +68,7 @@ pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> Result<f64> {
         rx_queue_depth,
         ..Default::default()
     };
-    let core = ServerCore::create("bench", &cfg, |_, _| {
+    let core = ServerCore::create("bench", &cfg, |_| {
         Ok(Box::new(RingSource {
             posted: VecDeque::new(),
             len: 4096,

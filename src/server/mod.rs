@@ -28,8 +28,8 @@ use crate::sys::{random_u32, EventFd, Slab};
 use crate::wire::MASK_24;
 
 pub(crate) use ring::SlotRing;
-pub(crate) use stats::Counters;
-pub use stats::Stats;
+pub(crate) use stats::{BackendCounters, Counters, SoftCounters};
+pub use stats::{BackendStats, SoftStats, Stats};
 
 /// Completions taken from the backend per poll.
 pub(crate) const POLL_BATCH: usize = 32;
@@ -82,6 +82,10 @@ pub(crate) trait Backend: Send {
     fn arm(&mut self) -> Result<()>;
     /// Blocks until a completion may be ready or `wake_fd` is readable.
     fn block(&mut self, wake_fd: RawFd) -> Result<()>;
+    /// Where its own counters can be read from any thread (none by default).
+    fn counters(&self) -> BackendCounters {
+        BackendCounters::None
+    }
 }
 
 type FrameCallback = Box<dyn FnMut(Frame) + Send + 'static>;
@@ -124,7 +128,8 @@ pub struct ServerCore {
     device_name: String,
     slab: Arc<Slab>,
     host: HostParams,
-    counters: Arc<Counters>,
+    counters: Counters,
+    backend_counters: BackendCounters,
     releases: SlotRing,
     wake: EventFd,
     parked: AtomicBool,
@@ -218,12 +223,11 @@ impl ServerCore {
     pub(crate) fn create(
         device_name: &str,
         cfg: &ServerConfig,
-        make_backend: impl FnOnce(&Arc<Slab>, &Arc<Counters>) -> Result<Box<dyn Backend>>,
+        make_backend: impl FnOnce(&Arc<Slab>) -> Result<Box<dyn Backend>>,
     ) -> Result<Arc<ServerCore>> {
         cfg.validate()?;
         let slab = Arc::new(Slab::new(cfg.max_payload, cfg.rx_queue_depth)?);
-        let counters = Arc::new(Counters::default());
-        let backend = make_backend(&slab, &counters)?;
+        let backend = make_backend(&slab)?;
         let info = backend.info();
         let host = HostParams {
             qpn: info.qpn,
@@ -253,7 +257,8 @@ impl ServerCore {
             releases: SlotRing::new(cfg.rx_queue_depth as usize),
             slab,
             host,
-            counters,
+            counters: Counters::default(),
+            backend_counters: backend.counters(),
             wake: EventFd::new()?,
             parked: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
@@ -293,7 +298,11 @@ impl ServerCore {
     }
     /// Counter snapshot.
     pub fn stats(&self) -> Stats {
-        self.counters.snapshot(self.slab.loans_outstanding() as u64)
+        Stats {
+            loans_outstanding: self.slab.loans_outstanding() as u64,
+            backend: self.backend_counters.snapshot(),
+            ..self.counters.snapshot()
+        }
     }
     /// True while the receive thread runs.
     pub fn is_running(&self) -> bool {

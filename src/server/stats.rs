@@ -1,30 +1,39 @@
-//! Counters: every frame, byte, drop and protocol event, by cause.
+//! Counters: every frame, byte, drop and protocol event, by cause. The core
+//! keeps its own ([`Stats`]); each backend reports its own section
+//! ([`BackendStats`]): the soft backend's protocol and socket counters
+//! ([`SoftStats`]); the verbs backend has none here (the NIC keeps them:
+//! `ethtool -S`, the device's hw_counters).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+/// Live counters (`$live`, atomics) and their snapshot (`$snap`, with any
+/// extra fields, filled by the caller).
 macro_rules! counters {
-    ($($(#[doc = $doc:literal])+ $name:ident,)*) => {
-        /// Live counters (atomics), bumped by the server core and the backends.
+    ($(#[doc = $ldoc:literal])+ $live:ident;
+     $(#[doc = $sdoc:literal])+ $snap:ident;
+     { $($(#[doc = $doc:literal])+ $name:ident,)* }
+     $($(#[doc = $xdoc:literal])+ $xname:ident: $xty:ty,)*) => {
+        $(#[doc = $ldoc])+
         #[derive(Default)]
-        pub(crate) struct Counters {
+        pub(crate) struct $live {
             $(pub $name: AtomicU64,)*
         }
 
-        /// A snapshot of a server's counters. Fields marked *soft* are kept by
-        /// the soft backend only and stay 0 on verbs, where the NIC does that
-        /// work (see `ethtool -S` / the device's hw_counters).
+        $(#[doc = $sdoc])+
         #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-        pub struct Stats {
+        pub struct $snap {
             $($(#[doc = $doc])+ pub $name: u64,)*
-            /// Slots on loan to consumers right now.
-            pub loans_outstanding: u64,
+            $($(#[doc = $xdoc])+ pub $xname: $xty,)*
         }
 
-        impl Counters {
-            pub fn snapshot(&self, loans_outstanding: u64) -> Stats {
-                Stats {
+        impl $live {
+            /// The counters now (extra fields at their defaults).
+            #[allow(clippy::needless_update)]
+            pub fn snapshot(&self) -> $snap {
+                $snap {
                     $($name: self.$name.load(Ordering::Relaxed),)*
-                    loans_outstanding,
+                    ..Default::default()
                 }
             }
         }
@@ -32,62 +41,123 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Frames delivered to the consumer (callback or pull queue).
-    frames,
-    /// Payload bytes delivered.
-    bytes,
-    /// Loans released by the consumer.
-    releases,
-    /// Receive slots re-posted after release.
-    reposts,
-    /// Re-post calls (each re-posts a batch of slots).
-    repost_batches,
-    /// Times the receive thread blocked waiting for completions.
-    parks,
-    /// Completions with an error status (the slot is re-posted).
-    completion_errors,
-    /// Flush completions (the QP entered the error state; the thread ends).
-    flush_errors,
-    /// Completions with a zero or oversized length (dropped, slot re-posted).
-    bad_length,
-    /// Completions that were not a receive with immediate (dropped, slot re-posted).
-    unexpected_opcode,
-    /// Release calls with an unknown or already released token.
-    invalid_releases,
-    /// Frame callbacks that panicked (the frame is released, the thread goes on).
-    callback_panics,
-    /// *soft*: RoCEv2 packets received on the socket.
-    packets_rx,
-    /// *soft*: packets sent (ACKs and NAKs).
-    packets_tx,
-    /// *soft*: ACKs sent.
-    acks_tx,
-    /// *soft*: RNR NAKs sent (no free slot at a message start; the sender retries).
-    rnr_naks_tx,
-    /// *soft*: PSN sequence error NAKs sent (a gap: packets were lost).
-    seq_naks_tx,
-    /// *soft*: invalid request NAKs sent (bad opcode or length).
-    invalid_naks_tx,
-    /// *soft*: duplicate packets (re-ACKed, never re-delivered).
-    duplicates,
-    /// *soft*: packets ahead of the expected PSN (dropped; the sender goes back).
-    out_of_sequence,
-    /// *soft*: packets not for this QP or not from the configured FPGA address.
-    foreign_packets,
-    /// *soft*: packets too short or inconsistent to parse.
-    malformed,
-    /// *soft*: packets with a bad ICRC (dropped).
-    icrc_errors,
-    /// *soft*: packets whose ICRC could not be checked (no raw IP header).
-    icrc_unchecked,
-    /// *soft*: packets whose ICRC was verified (raw capture mode).
-    icrc_checked,
-    /// *soft*: packets whose payload the kernel wrote straight into the slot.
-    payload_direct,
-    /// *soft*: packets whose payload was copied into the slot afterwards (a
-    /// missed landing guess: loss, reordering, a change of frame size).
-    payload_copied,
-    /// *soft*: packets the kernel dropped because the receive socket's buffer
-    /// was full (the receive thread fell behind; the sender resends them).
-    socket_drops,
+    /// The core's live counters, bumped by the server core.
+    Counters;
+    /// A snapshot of a server's counters: the core's, then the backend's section.
+    Stats;
+    {
+        /// Frames delivered to the consumer (callback or pull queue).
+        frames,
+        /// Payload bytes delivered.
+        bytes,
+        /// Loans released by the consumer.
+        releases,
+        /// Receive slots re-posted after release.
+        reposts,
+        /// Re-post calls (each re-posts a batch of slots).
+        repost_batches,
+        /// Times the receive thread blocked waiting for completions.
+        parks,
+        /// Completions with an error status (the slot is re-posted).
+        completion_errors,
+        /// Flush completions (the QP entered the error state; the thread ends).
+        flush_errors,
+        /// Completions with a zero or oversized length (dropped, slot re-posted).
+        bad_length,
+        /// Completions that were not a receive with immediate (dropped, slot re-posted).
+        unexpected_opcode,
+        /// Release calls with an unknown or already released token.
+        invalid_releases,
+        /// Frame callbacks that panicked (the frame is released, the thread goes on).
+        callback_panics,
+    }
+    /// Slots on loan to consumers right now.
+    loans_outstanding: u64,
+    /// The backend's own counters.
+    backend: BackendStats,
+}
+
+counters! {
+    /// The soft backend's live counters (its responder's are published here
+    /// after each receive batch).
+    SoftCounters;
+    /// The soft backend's counters.
+    SoftStats;
+    {
+        /// RoCEv2 packets received on the socket.
+        packets_rx,
+        /// Packets sent (ACKs and NAKs).
+        packets_tx,
+        /// ACKs sent.
+        acks_tx,
+        /// RNR NAKs sent (no free slot at a message start; the sender retries).
+        rnr_naks_tx,
+        /// PSN sequence error NAKs sent (a gap: packets were lost).
+        seq_naks_tx,
+        /// Invalid request NAKs sent (bad opcode or length).
+        invalid_naks_tx,
+        /// Duplicate packets (re-ACKed, never re-delivered).
+        duplicates,
+        /// Packets ahead of the expected PSN (dropped; the sender goes back).
+        out_of_sequence,
+        /// Packets not for this QP or not from the configured FPGA address.
+        foreign_packets,
+        /// Packets too short or inconsistent to parse.
+        malformed,
+        /// Packets with a bad ICRC (dropped).
+        icrc_errors,
+        /// Packets whose ICRC could not be checked (no raw IP header).
+        icrc_unchecked,
+        /// Packets whose ICRC was verified (raw capture mode).
+        icrc_checked,
+        /// Packets whose payload the kernel wrote straight into the slot.
+        payload_direct,
+        /// Packets whose payload was copied into the slot afterwards (a
+        /// missed landing guess: loss, reordering, a change of frame size).
+        payload_copied,
+        /// Packets the kernel dropped because the receive socket's buffer
+        /// was full (the receive thread fell behind; the sender resends them).
+        socket_drops,
+    }
+}
+
+/// The backend's section of [`Stats`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum BackendStats {
+    /// The verbs backend: the NIC keeps the protocol counters (`ethtool -S`,
+    /// `/sys/class/infiniband/<dev>/ports/1/hw_counters`).
+    #[default]
+    Verbs,
+    /// The soft backend's counters.
+    Soft(SoftStats),
+}
+
+impl Stats {
+    /// The soft backend's counters (all 0 on verbs).
+    pub fn soft(&self) -> SoftStats {
+        match self.backend {
+            BackendStats::Soft(s) => s,
+            BackendStats::Verbs => SoftStats::default(),
+        }
+    }
+}
+
+/// Where the core reads a backend's counters from (any thread).
+#[derive(Clone, Default)]
+pub(crate) enum BackendCounters {
+    /// The backend keeps none.
+    #[default]
+    None,
+    /// The soft backend's.
+    Soft(Arc<SoftCounters>),
+}
+
+impl BackendCounters {
+    /// The backend's section now.
+    pub fn snapshot(&self) -> BackendStats {
+        match self {
+            BackendCounters::None => BackendStats::Verbs,
+            BackendCounters::Soft(c) => BackendStats::Soft(c.snapshot()),
+        }
+    }
 }

@@ -103,7 +103,7 @@ impl Harness {
         let wire = Arc::new(Mutex::new(Wire::default()));
         let notify = Arc::new(EventFd::new().unwrap());
         let (w, n) = (wire.clone(), notify.clone());
-        let core = ServerCore::create("mem", &cfg, move |slab, _counters| {
+        let core = ServerCore::create("mem", &cfg, move |slab| {
             Ok(Box::new(MemBackend {
                 slab: slab.clone(),
                 wire: w,

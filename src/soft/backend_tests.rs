@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::config::ConnectParams;
-use crate::server::{Backend, Completion, CompletionKind, Counters};
+use crate::server::{Backend, Completion, CompletionKind, SoftCounters};
 use crate::sys::Slab;
 use crate::wire::icrc::Ipv4Udp;
 use crate::wire::{self, Bth, Opcode, Packet};
@@ -19,7 +19,7 @@ const PSN0: u32 = 0xff_fff0; // wraps inside most tests
 struct Rig {
     be: SoftBackend,
     slab: Arc<Slab>,
-    counters: Arc<Counters>,
+    counters: Arc<SoftCounters>,
     // Sends with DF and IP ID 0 (IP_PMTUDISC_DO), as NICs and the emulator
     // do: the ICRC covers the IP ID.
     fpga: UdpIo,
@@ -33,13 +33,13 @@ fn rig(slots: u32, slot_size: u32, pmtu_code: u32) -> Rig {
 
 fn rig_with(slots: u32, slot_size: u32, pmtu_code: u32, icrc: IcrcCheck) -> Rig {
     let slab = Arc::new(Slab::new(slot_size, slots).unwrap());
-    let counters = Arc::new(Counters::default());
     let dev = SoftDevice::open(&crate::config::DeviceConfig {
         icrc_check: icrc,
         ..crate::config::DeviceConfig::soft_ephemeral("127.0.0.1")
     })
     .unwrap();
-    let mut be = SoftBackend::create(&dev, &slab, &counters).unwrap();
+    let mut be = SoftBackend::create(&dev, &slab).unwrap();
+    let counters = Arc::clone(&be.counters);
     let fpga = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1).unwrap();
     let p = ConnectParams::new(FPGA_QPN, PSN0, pmtu_code, 12).unwrap();
     be.connect(&p, crate::gid::Gid::from_ipv4(Ipv4Addr::LOCALHOST), 0)
@@ -67,12 +67,12 @@ impl Rig {
         self.be.qpn
     }
     /// Sends one packet with an explicit PSN (ICRC sealed, as a NIC would).
-    fn send_at(&self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8]) {
+    fn send_at(&mut self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8]) {
         self.send_raw(op, psn, imm, data, 0)
     }
     /// As [`Rig::send_at`], with `flip` XORed into the last payload byte
     /// after the ICRC was sealed.
-    fn send_raw(&self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8], flip: u8) {
+    fn send_raw(&mut self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8], flip: u8) {
         let mut bth = Bth::new(op, self.qpn(), psn);
         bth.ack_req = true;
         let mut buf = vec![0u8; Packet::wire_len(op, data.len())];
@@ -116,7 +116,7 @@ impl Rig {
             out.len(),
             want,
             "completions; {:?}",
-            self.counters.snapshot(0)
+            self.counters.snapshot()
         );
         out
     }
@@ -135,7 +135,7 @@ impl Rig {
         assert!(got == want, "payload of slot {} differs", c.slot);
     }
     fn counts(&self) -> (u64, u64) {
-        let s = self.counters.snapshot(0);
+        let s = self.counters.snapshot();
         (s.payload_direct, s.payload_copied)
     }
 }
@@ -211,7 +211,7 @@ fn duplicates_and_gaps_inside_a_batch_fall_back_to_copies_without_damage() {
         assert_eq!(c.slot, k as u32);
         r.check(c, &f[k], k as u32);
     }
-    let s = r.counters.snapshot(0);
+    let s = r.counters.snapshot();
     assert_eq!((s.duplicates, s.out_of_sequence), (1, 1));
     assert_eq!(s.seq_naks_tx, 1);
     // Frame 0 direct; the rest of the batch after the duplicate is copied.
@@ -231,7 +231,7 @@ fn frames_beyond_the_posted_slots_get_rnr_and_never_touch_loaned_slots() {
         r.check(c, &f[k], k as u32);
         loans.push((c.slot, r.slab.loan(c.slot).unwrap()));
     }
-    let s = r.counters.snapshot(0);
+    let s = r.counters.snapshot();
     assert_eq!(s.rnr_naks_tx, 1);
     // Both slots loaned and nothing posted: the retry lands whole in staging.
     r.send_at(
@@ -246,7 +246,7 @@ fn frames_beyond_the_posted_slots_get_rnr_and_never_touch_loaned_slots() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     assert!(out.is_empty());
-    assert_eq!(r.counters.snapshot(0).rnr_naks_tx, 2);
+    assert_eq!(r.counters.snapshot().rnr_naks_tx, 2);
     for (k, (slot, gen)) in loans.iter().enumerate() {
         let held = r.slab.loaned(*slot, *gen, 3000).unwrap();
         assert!(held == &f[k][..], "loaned slot {slot} was written");
@@ -281,7 +281,7 @@ fn raw_capture_checks_every_icrc_and_drops_corrupted_packets() {
     r.send_raw(Opcode::SendOnlyImm, r.psn, Some(1), &f[1], 0x40);
     let done = r.poll(1);
     r.check(&done[0], &f[0], 0);
-    let s = r.counters.snapshot(0);
+    let s = r.counters.snapshot();
     assert_eq!((s.icrc_checked, s.icrc_errors, s.icrc_unchecked), (1, 1, 0));
     assert_eq!(s.packets_rx, 2, "our own ACKs on lo are not captured");
     // ... until the requester resends it intact.
@@ -290,9 +290,8 @@ fn raw_capture_checks_every_icrc_and_drops_corrupted_packets() {
     let done = r.poll(2);
     r.check(&done[0], &f[1], 1);
     r.check(&done[1], &f[2], 2);
-    let s = r.counters.snapshot(0);
+    let s = r.counters.snapshot();
     assert_eq!((s.icrc_checked, s.icrc_errors), (3, 1));
-    assert_eq!(s.frames, 0, "the core counts frames, not the backend");
     assert!(s.payload_direct >= 2, "{s:?}");
 }
 
@@ -318,7 +317,7 @@ fn raw_capture_sees_only_our_port_and_reads_multi_packet_frames() {
     for (k, c) in done.iter().enumerate() {
         r.check(c, &f[k], k as u32);
     }
-    let s = r.counters.snapshot(0);
+    let s = r.counters.snapshot();
     // 3 packets per frame; nothing else (not the other port's datagram, not
     // our own ACKs leaving on lo) was captured.
     assert_eq!(s.packets_rx, 12, "{s:?}");
@@ -444,16 +443,16 @@ mod differential {
             let mut got = Vec::new();
             let mut idle = 0;
             while idle < 20 {
-                let before = r.counters.snapshot(0).packets_rx;
+                let before = r.counters.snapshot().packets_rx;
                 r.be.poll(&mut got).unwrap();
-                if r.counters.snapshot(0).packets_rx == before {
+                if r.counters.snapshot().packets_rx == before {
                     idle += 1;
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 } else {
                     idle = 0;
                 }
             }
-            prop_assert_eq!(r.counters.snapshot(0).packets_rx, pkts.len() as u64);
+            prop_assert_eq!(r.counters.snapshot().packets_rx, pkts.len() as u64);
             prop_assert_eq!(got.len(), want.len());
             for (c, (slot, bytes, imm)) in got.iter().zip(&want) {
                 prop_assert_eq!(c.slot, *slot);
@@ -461,7 +460,7 @@ mod differential {
                 let have = r.slab.write_slot(c.slot, |b| b[..bytes.len()].to_vec()).unwrap();
                 prop_assert!(&have == bytes, "slot {} bytes differ", c.slot);
             }
-            let s = r.counters.snapshot(0);
+            let s = r.counters.snapshot();
             let accepted = s.payload_direct + s.payload_copied;
             prop_assert!(accepted <= pkts.len() as u64);
         }
@@ -494,16 +493,16 @@ fn raw_capture_loses_nothing_that_enters_through_another_interface() {
     // from this host to that address enters through lo. It must still arrive
     // (through the UDP socket), counted unchecked.
     let slab = Arc::new(Slab::new(4096, 4).unwrap());
-    let counters = Arc::new(Counters::default());
     let dev = SoftDevice::open(&crate::config::DeviceConfig {
         bind_addr: ip.to_string(),
         icrc_check: IcrcCheck::Require,
         ..crate::config::DeviceConfig::soft_ephemeral("127.0.0.1")
     })
     .unwrap();
-    let mut be = SoftBackend::create(&dev, &slab, &counters).unwrap();
+    let mut be = SoftBackend::create(&dev, &slab).unwrap();
+    let counters = Arc::clone(&be.counters);
     assert!(be.io.raw_capture());
-    let fpga = UdpIo::bind(SocketAddrV4::new(ip, 0), 1).unwrap();
+    let mut fpga = UdpIo::bind(SocketAddrV4::new(ip, 0), 1).unwrap();
     let p = ConnectParams::new(FPGA_QPN, PSN0, 5, 12).unwrap();
     be.connect(&p, crate::gid::Gid::from_ipv4(ip), 0).unwrap();
     be.post_recv(&[0, 1, 2, 3]).unwrap();
@@ -530,8 +529,8 @@ fn raw_capture_loses_nothing_that_enters_through_another_interface() {
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    assert_eq!(out.len(), 1, "{:?}", counters.snapshot(0));
-    let s = counters.snapshot(0);
+    assert_eq!(out.len(), 1, "{:?}", counters.snapshot());
+    let s = counters.snapshot();
     assert_eq!((s.icrc_unchecked, s.icrc_checked, s.icrc_errors), (1, 0, 0));
     assert_eq!(be.io.via_udp(), 1);
     let got = slab
@@ -555,7 +554,7 @@ fn kernel_drops_at_a_full_socket_are_counted() {
     for _ in 0..2000 {
         r.be.poll(&mut out).unwrap();
     }
-    let s = r.counters.snapshot(0);
+    let s = r.counters.snapshot();
     assert!(s.socket_drops > 0, "{s:?}");
     assert_eq!(s.packets_rx + s.socket_drops, sent, "{s:?}");
 }

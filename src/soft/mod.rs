@@ -3,43 +3,48 @@
 //! behind the same server core and C API as the verbs backend. Open it with
 //! device name `"soft"` and a bind address / port in the device config.
 //!
-//! Receive path: before each recvmmsg batch the backend guesses where the
-//! next packets belong (in sequence, shaped like the last message: the
-//! current message's remaining packets, then one message per posted slot)
-//! and scatters each datagram as headers -> staging, payload -> its slab
-//! slot, pad/ICRC -> staging. So the payload takes one copy, the kernel's,
-//! from the socket into the slot (counted `payload_direct`). Each packet is
-//! then parsed, filtered (the configured FPGA address and our QPN; everything
-//! else is a counted drop) and run through the [`responder::Responder`]; when
-//! its real place differs from the guess (loss, duplicates, reordering, a new
-//! frame size, no posted slot) the rest of the batch is gathered and copied
-//! (counted `payload_copied`): a wrong guess costs a copy, never data. After
-//! each batch the coalesced ACK (and any NAKs) go out with sendmmsg; their
-//! ICRC is computed for IP ID 0 / DF (what Linux sends from this socket).
-//! Received ICRCs cannot be checked from a UDP socket (no IP header): such
-//! packets are counted as `icrc_unchecked`.
+//! Pure parts and a thin driver (the shape of quinn: protocol state machines
+//! with no I/O, driven by a short loop):
+//! - [`responder`]: the RC responder state machine (rxe_resp.c's stages),
+//!   the only owner of the protocol counters;
+//! - `landing`: the landing planner, which guesses where the next packets'
+//!   payloads belong so the kernel writes them straight into their slots;
+//! - this module, the driver: [`Backend::poll`] runs one receive batch
+//!   through the pipeline: plan landings -> recvmmsg (`crate::net`) -> per
+//!   datagram: filter and parse -> ICRC check -> responder -> place (direct,
+//!   or copied when the guess missed) -> completions; then the coalesced
+//!   ACK/NAKs go out with sendmmsg (their ICRC computed for IP ID 0 / DF,
+//!   what Linux sends from this socket) and the counters are published.
+//!
+//! Received ICRCs are checked when the process may open a raw capture
+//! (CAP_NET_RAW; `icrc_check` auto or require); otherwise packets are counted
+//! `icrc_unchecked`. A wrong landing guess costs a copy (`payload_copied`),
+//! never data.
 
 #[cfg(test)]
 mod backend_tests;
+mod landing;
 pub mod responder;
 #[cfg(test)]
 mod sim_tests;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::{ConnectParams, DeviceConfig, IcrcCheck};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::net::{self, Landing, UdpIo};
-use crate::server::{Backend, BackendInfo, Completion, CompletionKind, Counters, POLL_BATCH};
+use crate::server::{
+    Backend, BackendCounters, BackendInfo, Completion, CompletionKind, SoftCounters, POLL_BATCH,
+};
 use crate::sys::{poll_readable, random_u32, Slab};
 use crate::wire::icrc::{Ipv4Udp, HEADROOM};
-use crate::wire::MASK_24;
-use crate::wire::{self, Aeth, Bth, Headers, Opcode, Packet};
-use responder::{DropReason, Responder, ResponderConfig, Verdict};
+use crate::wire::{Aeth, Bth, Headers, Opcode, Packet, MASK_24};
+use landing::{Planner, Targets};
+use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Verdict};
 
 /// True when this process may open the raw capture socket that checks
 /// received ICRCs (CAP_NET_RAW in its network namespace).
@@ -93,32 +98,45 @@ impl SoftDevice {
     }
 }
 
-struct Peer {
-    ip: Ipv4Addr,
-    qpn: u32,
+/// The connected state: the responder and the FPGA it answers.
+struct Link {
+    resp: Responder,
+    peer_ip: Ipv4Addr,
+    peer_qpn: u32,
 }
 
-/// The shape of the last complete message: how the next ones are guessed to
-/// arrive, so their payloads can be received straight into their slots.
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    /// Packets per message.
-    pkts: u32,
-    /// Header bytes of its first packet (16: SEND_ONLY_WITH_IMMEDIATE, 12: SEND_FIRST).
-    first_head: u32,
-    /// Header bytes of its last packet.
-    last_head: u32,
+/// The driver's own counts (the responder keeps the protocol ones); both
+/// are published to the shared [`SoftCounters`] after each batch.
+#[derive(Debug, Default)]
+struct DriverCounts {
+    packets_rx: u64,
+    packets_tx: u64,
+    foreign: u64,
+    malformed: u64,
+    icrc_errors: u64,
+    icrc_unchecked: u64,
+    icrc_checked: u64,
+    payload_direct: u64,
+    payload_copied: u64,
 }
 
-impl Default for Shape {
-    /// One SEND_ONLY_WITH_IMMEDIATE per frame: what surf's engine sends up to the pmtu.
-    fn default() -> Shape {
-        Shape {
-            pkts: 1,
-            first_head: 16,
-            last_head: 16,
-        }
-    }
+/// One receive batch in progress.
+struct Batch {
+    /// Datagrams received.
+    n: usize,
+    /// Set at the first packet that did not land where it belongs: from
+    /// there on the batch is gathered and copied (the slow path).
+    missed: bool,
+    /// The FPGA's source port of the last accepted packet (ACK destination).
+    reply_port: Option<u16>,
+}
+
+/// A parsed request packet and where its payload was scattered, if it was.
+struct Request {
+    bth: Bth,
+    imm: Option<u32>,
+    payload_len: usize,
+    landed: Option<Landing>,
 }
 
 pub(crate) struct SoftBackend {
@@ -126,28 +144,22 @@ pub(crate) struct SoftBackend {
     local: SocketAddrV4,
     peer_udp_port: u16,
     slab: Arc<Slab>,
-    counters: Arc<Counters>,
+    counters: Arc<SoftCounters>,
+    own: DriverCounts,
     qpn: u32,
     rkey: u32,
     posted_before_connect: Vec<u32>,
-    resp: Option<Responder>,
-    peer: Option<Peer>,
-    tx: Vec<(SocketAddrV4, Vec<u8>)>,
-    // Zero-copy receive: the landing guess for the next batch, the last
-    // message's shape and the current message's (packets so far, first head).
+    link: Option<Link>,
+    /// Reply packets, built behind HEADROOM bytes (kept across batches).
+    tx: Vec<Vec<u8>>,
     plan: Vec<Landing>,
-    shape: Shape,
-    msg: (u32, u32),
-    // Idle polls since the kernel's drop count was last read.
+    planner: Planner,
+    /// Idle polls since the kernel's drop count was last read.
     idle_polls: u32,
 }
 
 impl SoftBackend {
-    pub(crate) fn create(
-        dev: &SoftDevice,
-        slab: &Arc<Slab>,
-        counters: &Arc<Counters>,
-    ) -> Result<SoftBackend> {
+    pub(crate) fn create(dev: &SoftDevice, slab: &Arc<Slab>) -> Result<SoftBackend> {
         let mut io = UdpIo::bind(dev.bind, POLL_BATCH)?;
         let local = io.local_addr()?;
         match dev.icrc_check {
@@ -170,22 +182,19 @@ impl SoftBackend {
             local,
             peer_udp_port: dev.peer_udp_port,
             slab: Arc::clone(slab),
-            counters: Arc::clone(counters),
+            counters: Arc::default(),
+            own: DriverCounts::default(),
             qpn: 2 + random_u32() % (MASK_24 - 1),
             rkey: random_u32(),
             posted_before_connect: Vec::new(),
-            resp: None,
-            peer: None,
+            link: None,
             tx: Vec::new(),
             plan: Vec::with_capacity(POLL_BATCH),
-            shape: Shape::default(),
-            msg: (0, 0),
+            planner: Planner::default(),
             idle_polls: 0,
         })
     }
-}
 
-impl SoftBackend {
     fn read_kernel_drops(&mut self) {
         self.idle_polls = 0;
         let drops = self.io.kernel_drops();
@@ -197,47 +206,262 @@ impl SoftBackend {
             );
         }
     }
-}
 
-/// Guesses where the next batch's packets belong, assuming they arrive in
-/// sequence and shaped like the last message: the current partial message's
-/// remaining packets, then one message per posted slot. A wrong guess costs a
-/// copy, never data: the receive path checks each packet's real place.
-fn plan_landings(
-    plan: &mut Vec<Landing>,
-    resp: &Responder,
-    shape: Shape,
-    pkts_so_far: u32,
-    slot_size: u32,
-) {
-    plan.clear();
-    let pmtu = resp.pmtu();
-    let mut free = resp.free_slots();
-    let mut cur = resp.partial().map(|(slot, off)| (slot, off, pkts_so_far));
-    while plan.len() < POLL_BATCH {
-        let (slot, offset, idx) = match cur.or_else(|| free.next().map(|s| (s, 0, 0))) {
-            Some(c) => c,
-            None => break,
+    /// One receive batch: plan, receive, each datagram through the
+    /// pipeline, then replies and counters.
+    fn poll_link(&mut self, link: &mut Link, out: &mut Vec<Completion>) -> Result<()> {
+        let r = &link.resp;
+        let targets = Targets {
+            partial: r.partial(),
+            free: r.free_slots(),
+            pmtu: r.pmtu(),
+            slot_size: self.slab.slot_size(),
         };
-        let last = idx + 1 >= shape.pkts;
-        let head = if idx == 0 {
-            shape.first_head
-        } else if last {
-            shape.last_head
-        } else {
-            wire::BTH_LEN as u32
-        };
-        let len = pmtu.min(slot_size.saturating_sub(offset));
-        if len == 0 {
-            break;
+        self.planner.plan(&mut self.plan, POLL_BATCH, targets);
+        let n = self.io.recv_batch_into(Some(&self.slab), &self.plan)?;
+        if n == 0 {
+            // Idle: now and then, read what the kernel dropped meanwhile.
+            self.idle_polls += 1;
+            if self.idle_polls >= 64 {
+                self.read_kernel_drops();
+            }
+            return Ok(());
         }
-        plan.push(Landing {
-            head,
-            slot,
-            offset,
-            len,
-        });
-        cur = (!last).then_some((slot, offset + pmtu, idx + 1));
+        let mut batch = Batch {
+            n,
+            missed: false,
+            reply_port: None,
+        };
+        for i in 0..n {
+            self.receive(link, &mut batch, i, out)?;
+        }
+        // The input batch is done: owe no ACK across it.
+        link.resp.flush();
+        self.send_replies(link, batch.reply_port)?;
+        self.publish(link.resp.stats());
+        Ok(())
+    }
+
+    /// One datagram: filter and parse -> ICRC -> responder -> place.
+    fn receive(
+        &mut self,
+        link: &mut Link,
+        batch: &mut Batch,
+        i: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<()> {
+        self.own.packets_rx += 1;
+        let Some(req) = self.parse(link.peer_ip, batch, i)? else {
+            return Ok(());
+        };
+        if !self.icrc_ok(i, req.bth.psn) {
+            return Ok(());
+        }
+        batch.reply_port = Some(self.io.datagram(i).1.port());
+        match link.resp.on_packet(&req.bth, req.imm, req.payload_len) {
+            Verdict::Place { slot, offset, done } => {
+                self.place(batch, i, req.landed, slot, offset)?;
+                let head = req.bth.opcode.header_len() as u32;
+                self.planner.learn(offset, head, done.is_some());
+                if let Some(d) = done {
+                    let kind = match d.imm {
+                        Some(imm) => CompletionKind::Recv { len: d.len, imm },
+                        None => CompletionKind::Unexpected {
+                            opcode: 0,
+                            flags: 0,
+                        },
+                    };
+                    out.push(Completion { slot: d.slot, kind });
+                }
+            }
+            // A partial message was discarded with it.
+            Verdict::Drop(DropReason::InvalidOpcode | DropReason::BadLength) => {
+                self.planner.discard_message()
+            }
+            // Counted by the responder.
+            Verdict::Drop(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Filters datagram `i` (from the FPGA's address, parseable, a request)
+    /// and reads its headers: in place when it landed as planned, else from
+    /// the gathered datagram.
+    fn parse(&mut self, peer_ip: Ipv4Addr, batch: &mut Batch, i: usize) -> Result<Option<Request>> {
+        let (_, from, truncated) = self.io.datagram(i);
+        if truncated {
+            // Longer than MAX_DATAGRAM, or (raw capture) an IP/UDP header
+            // that does not add up.
+            self.own.malformed += 1;
+            log::debug!(
+                "datagram from {from} truncated (> {} bytes) or with a bad IP/UDP header",
+                net::MAX_DATAGRAM
+            );
+            return Ok(None);
+        }
+        if *from.ip() != peer_ip {
+            self.own.foreign += 1;
+            return Ok(None);
+        }
+        if let (Some(l), false) = (self.io.landing(i), batch.missed) {
+            let fits = Headers::parse(self.io.datagram(i).0, self.io.len(i))
+                .ok()
+                .filter(|h| {
+                    h.bth.opcode.is_send()
+                        && h.len == l.head as usize
+                        && h.payload_len <= l.len as usize
+                });
+            if let Some(h) = fits {
+                return Ok(Some(Request {
+                    bth: h.bth,
+                    imm: h.imm,
+                    payload_len: h.payload_len,
+                    landed: Some(l),
+                }));
+            }
+            // The guess was wrong (headers or size differ).
+            self.miss(batch, i)?;
+        }
+        match Packet::parse(self.io.datagram(i).0) {
+            Err(e) => {
+                self.own.malformed += 1;
+                log::debug!("malformed packet from {from}: {e}");
+                Ok(None)
+            }
+            // We only respond; an Acknowledge is not for us.
+            Ok(p) if p.bth.opcode == Opcode::Acknowledge => {
+                self.own.foreign += 1;
+                Ok(None)
+            }
+            Ok(p) => Ok(Some(Request {
+                bth: p.bth,
+                imm: p.imm,
+                payload_len: p.payload.len(),
+                landed: None,
+            })),
+        }
+    }
+
+    /// A landing guess missed at datagram `i`: read it and the rest of the
+    /// batch the slow way, before any copy can overwrite where they landed.
+    fn miss(&mut self, batch: &mut Batch, i: usize) -> Result<()> {
+        if batch.missed {
+            return Ok(());
+        }
+        batch.missed = true;
+        self.io.gather_rest(i, batch.n, &self.slab)
+    }
+
+    /// Raw capture: drops a packet whose ICRC is wrong (the requester
+    /// resends it after our sequence NAK for the next one, or its timeout).
+    fn icrc_ok(&mut self, i: usize, psn: u32) -> bool {
+        match self.io.icrc_ok(i, &self.slab) {
+            None => self.own.icrc_unchecked += 1,
+            Some(true) => self.own.icrc_checked += 1,
+            Some(false) => {
+                self.own.icrc_errors += 1;
+                let from = self.io.datagram(i).1;
+                log::debug!("bad ICRC on PSN {psn:#08x} from {from}: dropped");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Puts datagram `i`'s payload at `offset` of `slot`, where the
+    /// responder placed it: already there when it landed there, else copied.
+    fn place(
+        &mut self,
+        batch: &mut Batch,
+        i: usize,
+        landed: Option<Landing>,
+        slot: u32,
+        offset: u32,
+    ) -> Result<()> {
+        if matches!(landed, Some(l) if l.slot == slot && l.offset == offset) {
+            self.own.payload_direct += 1;
+            return Ok(());
+        }
+        self.miss(batch, i)?;
+        let internal = |what: String| Error::new(ErrorKind::Internal, what);
+        let pkt = Packet::parse(self.io.datagram(i).0)
+            .map_err(|e| internal(format!("gathered packet no longer parses: {e}")))?;
+        let (at, payload) = (offset as usize, pkt.payload);
+        self.slab
+            .write_slot(slot, |b| b[at..at + payload.len()].copy_from_slice(payload))
+            .ok_or_else(|| {
+                internal(format!(
+                    "responder placed into slot {slot}, which is on loan"
+                ))
+            })?;
+        self.own.payload_copied += 1;
+        Ok(())
+    }
+
+    /// Sends the responder's replies (to the configured FPGA port, or the
+    /// port its packets came from).
+    fn send_replies(&mut self, link: &mut Link, reply_port: Option<u16>) -> Result<()> {
+        let port = match (self.peer_udp_port, reply_port) {
+            (0, Some(p)) => p,
+            (0, None) => return Ok(()),
+            (p, _) => p,
+        };
+        let ctx = Ipv4Udp {
+            src: *self.local.ip(),
+            dst: link.peer_ip,
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: self.local.port(),
+            dst_port: port,
+        };
+        let mut used = 0;
+        for r in link.resp.take_replies() {
+            if used == self.tx.len() {
+                self.tx.push(Vec::new());
+            }
+            let bth = Bth::new(Opcode::Acknowledge, link.peer_qpn, r.psn);
+            let aeth = Aeth {
+                syndrome: r.syndrome,
+                msn: r.msn,
+            };
+            ctx.emit_sealed(&bth, None, Some(aeth), &[], &mut self.tx[used]);
+            used += 1;
+        }
+        let dst = SocketAddrV4::new(link.peer_ip, port);
+        let sent = self.io.send_to(dst, &self.tx[..used], HEADROOM)?;
+        self.own.packets_tx += sent as u64;
+        if sent < used {
+            log::debug!(
+                "{} of {used} replies not sent (socket buffer full)",
+                used - sent
+            );
+        }
+        Ok(())
+    }
+
+    /// Publishes the driver's and the responder's counts.
+    fn publish(&self, r: ResponderStats) {
+        let (c, o) = (&*self.counters, &self.own);
+        let all: [(&AtomicU64, u64); 15] = [
+            (&c.packets_rx, o.packets_rx),
+            (&c.packets_tx, o.packets_tx),
+            (&c.acks_tx, r.acks),
+            (&c.rnr_naks_tx, r.rnr_naks),
+            (&c.seq_naks_tx, r.seq_naks),
+            (&c.invalid_naks_tx, r.invalid_naks),
+            (&c.duplicates, r.duplicates),
+            (&c.out_of_sequence, r.out_of_sequence),
+            (&c.foreign_packets, o.foreign + r.wrong_qp),
+            (&c.malformed, o.malformed),
+            (&c.icrc_errors, o.icrc_errors),
+            (&c.icrc_unchecked, o.icrc_unchecked),
+            (&c.icrc_checked, o.icrc_checked),
+            (&c.payload_direct, o.payload_direct),
+            (&c.payload_copied, o.payload_copied),
+        ];
+        for (counter, value) in all {
+            counter.store(value, Ordering::Relaxed);
+        }
     }
 }
 
@@ -252,8 +476,8 @@ impl Backend for SoftBackend {
     }
 
     fn post_recv(&mut self, slots: &[u32]) -> Result<()> {
-        match &mut self.resp {
-            Some(r) => slots.iter().for_each(|&s| r.post(s)),
+        match &mut self.link {
+            Some(l) => slots.iter().for_each(|&s| l.resp.post(s)),
             None => self.posted_before_connect.extend_from_slice(slots),
         }
         Ok(())
@@ -265,7 +489,7 @@ impl Backend for SoftBackend {
                 "the soft backend needs an IPv4-mapped FPGA GID (::ffff:a.b.c.d); got {fpga_gid}"
             ))
         })?;
-        let mut r = Responder::new(
+        let mut resp = Responder::new(
             ResponderConfig {
                 qpn: self.qpn,
                 pmtu: p.pmtu.bytes(),
@@ -276,12 +500,12 @@ impl Backend for SoftBackend {
             p.fpga_rq_psn,
         );
         for s in self.posted_before_connect.drain(..) {
-            r.post(s);
+            resp.post(s);
         }
-        self.resp = Some(r);
-        self.peer = Some(Peer {
-            ip,
-            qpn: p.fpga_qpn,
+        self.link = Some(Link {
+            resp,
+            peer_ip: ip,
+            peer_qpn: p.fpga_qpn,
         });
         log::info!(
             "soft QP {:#08x} on {} -> RTS: accepting FPGA {ip} QP {:#08x} from PSN {:#08x}",
@@ -294,240 +518,14 @@ impl Backend for SoftBackend {
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
-        let (Some(resp), Some(peer)) = (self.resp.as_mut(), self.peer.as_ref()) else {
+        // The link is taken out for the batch so its stages can borrow the
+        // driver's other parts; it goes back whatever the result.
+        let Some(mut link) = self.link.take() else {
             return Ok(());
         };
-        plan_landings(
-            &mut self.plan,
-            resp,
-            self.shape,
-            self.msg.0,
-            self.slab.slot_size(),
-        );
-        let n = self.io.recv_batch_into(Some(&self.slab), &self.plan)?;
-        if n == 0 {
-            // Idle: now and then, read what the kernel dropped meanwhile.
-            self.idle_polls += 1;
-            if self.idle_polls >= 64 {
-                self.read_kernel_drops();
-            }
-            return Ok(());
-        }
-        let c = &*self.counters;
-        let mut reply_port = None;
-        // Set at the first packet that did not land where it belongs: from
-        // there on the batch is gathered and copied (the slow path).
-        let mut missed = false;
-        for i in 0..n {
-            c.packets_rx.fetch_add(1, Ordering::Relaxed);
-            let (_, from, truncated) = self.io.datagram(i);
-            if truncated {
-                // Longer than MAX_DATAGRAM, or (raw capture) an IP/UDP header
-                // that does not add up.
-                c.malformed.fetch_add(1, Ordering::Relaxed);
-                log::debug!(
-                    "datagram from {from} truncated (> {} bytes) or with a bad IP/UDP header",
-                    net::MAX_DATAGRAM
-                );
-                continue;
-            }
-            if *from.ip() != peer.ip {
-                c.foreign_packets.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            // Fast path: the payload is already in its slot.
-            let direct = match (self.io.landing(i), missed) {
-                (Some(l), false) => {
-                    let h = Headers::parse(self.io.datagram(i).0, self.io.len(i))
-                        .ok()
-                        .filter(|h| {
-                            h.bth.opcode.is_send()
-                                && h.len == l.head as usize
-                                && h.payload_len <= l.len as usize
-                        });
-                    h.map(|h| (h, l))
-                }
-                _ => None,
-            };
-            let (bth, imm, payload_len, placed) = match direct {
-                Some((h, l)) => {
-                    if h.bth.opcode == Opcode::Acknowledge {
-                        c.foreign_packets.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    (h.bth, h.imm, h.payload_len, Some(l))
-                }
-                None => {
-                    if !missed && self.io.landing(i).is_some() {
-                        // The guess was wrong (headers or size differ): read
-                        // this and the rest of the batch the slow way, before
-                        // any copy can overwrite where they landed.
-                        missed = true;
-                        for j in i..n {
-                            self.io.gather(j, &self.slab)?;
-                        }
-                    }
-                    let pkt = match Packet::parse(self.io.datagram(i).0) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            c.malformed.fetch_add(1, Ordering::Relaxed);
-                            log::debug!("malformed packet from {from}: {e}");
-                            continue;
-                        }
-                    };
-                    if pkt.bth.opcode == Opcode::Acknowledge {
-                        // We only respond; an Acknowledge is not for us.
-                        c.foreign_packets.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    (pkt.bth, pkt.imm, pkt.payload.len(), None)
-                }
-            };
-            match self.io.icrc_ok(i, &self.slab) {
-                None => c.icrc_unchecked.fetch_add(1, Ordering::Relaxed),
-                Some(true) => c.icrc_checked.fetch_add(1, Ordering::Relaxed),
-                Some(false) => {
-                    // Corrupted on the way: drop it; the requester resends
-                    // (after our sequence NAK for the next one, or its timeout).
-                    c.icrc_errors.fetch_add(1, Ordering::Relaxed);
-                    log::debug!("bad ICRC on PSN {:#08x} from {from}: dropped", bth.psn);
-                    continue;
-                }
-            };
-            reply_port = Some(from.port());
-            match resp.on_packet(&bth, imm, payload_len) {
-                Verdict::Place { slot, offset, done } => {
-                    let head = bth.opcode.header_len() as u32;
-                    let in_place =
-                        matches!(placed, Some(l) if l.slot == slot && l.offset == offset);
-                    if in_place {
-                        c.payload_direct.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        if !missed {
-                            missed = true;
-                            for j in i..n {
-                                self.io.gather(j, &self.slab)?;
-                            }
-                        }
-                        let pkt = Packet::parse(self.io.datagram(i).0).map_err(|e| {
-                            Error::new(
-                                crate::ErrorKind::Internal,
-                                format!("gathered packet no longer parses: {e}"),
-                            )
-                        })?;
-                        let payload = pkt.payload;
-                        let at = offset as usize;
-                        self.slab
-                            .write_slot(slot, |b| {
-                                b[at..at + payload.len()].copy_from_slice(payload)
-                            })
-                            .ok_or_else(|| {
-                                Error::new(
-                                    crate::ErrorKind::Internal,
-                                    format!("responder placed into slot {slot}, which is on loan"),
-                                )
-                            })?;
-                        c.payload_copied.fetch_add(1, Ordering::Relaxed);
-                    }
-                    // Learn the message shape for the next landing guesses.
-                    self.msg = if offset == 0 {
-                        (1, head)
-                    } else {
-                        (self.msg.0 + 1, self.msg.1)
-                    };
-                    if let Some(d) = done {
-                        self.shape = Shape {
-                            pkts: self.msg.0,
-                            first_head: self.msg.1,
-                            last_head: head,
-                        };
-                        self.msg = (0, 0);
-                        let kind = match d.imm {
-                            Some(imm) => CompletionKind::Recv { len: d.len, imm },
-                            None => CompletionKind::Unexpected {
-                                opcode: 0,
-                                flags: 0,
-                            },
-                        };
-                        out.push(Completion { slot: d.slot, kind });
-                    }
-                }
-                Verdict::Drop(why) => {
-                    if matches!(why, DropReason::InvalidOpcode | DropReason::BadLength) {
-                        // A partial message was discarded with it.
-                        self.msg = (0, 0);
-                    }
-                    let counter = match why {
-                        DropReason::WrongQp => &c.foreign_packets,
-                        DropReason::Duplicate => &c.duplicates,
-                        DropReason::OutOfSequence => &c.out_of_sequence,
-                        // Counted by the NAK they produce (rnr/invalid_naks_tx).
-                        DropReason::NoSlot | DropReason::InvalidOpcode | DropReason::BadLength => {
-                            continue
-                        }
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        // The input batch is done: owe no ACK across it.
-        resp.flush();
-        let port = match (self.peer_udp_port, reply_port) {
-            (0, Some(p)) => p,
-            (0, None) => return Ok(()),
-            (p, _) => p,
-        };
-        let dst = SocketAddrV4::new(peer.ip, port);
-        let ctx = Ipv4Udp {
-            src: *self.local.ip(),
-            dst: peer.ip,
-            ip_id: 0,
-            dont_fragment: true,
-            src_port: self.local.port(),
-            dst_port: port,
-        };
-        let mut used = 0;
-        for r in resp.take_replies() {
-            if used == self.tx.len() {
-                self.tx.push((
-                    dst,
-                    vec![0u8; HEADROOM + Packet::wire_len(Opcode::Acknowledge, 0)],
-                ));
-            }
-            let (to, buf) = &mut self.tx[used];
-            *to = dst;
-            let bth = Bth::new(Opcode::Acknowledge, peer.qpn, r.psn);
-            let aeth = Aeth {
-                syndrome: r.syndrome,
-                msn: r.msn,
-            };
-            // Built behind HEADROOM bytes: the ICRC is one CRC pass.
-            wire::emit(&bth, None, Some(aeth), &[], &mut buf[HEADROOM..]);
-            ctx.seal_in_headroom(buf);
-            let counter = match r.syndrome {
-                wire::Syndrome::Ack(_) => &c.acks_tx,
-                wire::Syndrome::RnrNak(_) => &c.rnr_naks_tx,
-                wire::Syndrome::PsnSeqErr => &c.seq_naks_tx,
-                _ => &c.invalid_naks_tx,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            used += 1;
-        }
-        if used > 0 {
-            let pkts: Vec<(SocketAddrV4, &[u8])> = self.tx[..used]
-                .iter()
-                .map(|(a, b)| (*a, &b[HEADROOM..]))
-                .collect();
-            let sent = self.io.send_batch(&pkts)?;
-            c.packets_tx.fetch_add(sent as u64, Ordering::Relaxed);
-            if sent < used {
-                log::debug!(
-                    "{} of {used} replies not sent (socket buffer full)",
-                    used - sent
-                );
-            }
-        }
-        Ok(())
+        let r = self.poll_link(&mut link, out);
+        self.link = Some(link);
+        r
     }
 
     fn arm(&mut self) -> Result<()> {
@@ -539,5 +537,9 @@ impl Backend for SoftBackend {
         // In raw capture mode the UDP socket still gets what enters through
         // another interface: wait on both.
         poll_readable(&[self.io.rx_fd(), self.io.fd(), wake_fd], -1).map(|_| ())
+    }
+
+    fn counters(&self) -> BackendCounters {
+        BackendCounters::Soft(Arc::clone(&self.counters))
     }
 }

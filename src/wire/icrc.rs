@@ -122,6 +122,25 @@ impl Ipv4Udp {
         buf[n - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
     }
 
+    /// Builds a packet (see [`super::emit`]) into `buf` behind [`HEADROOM`]
+    /// bytes and fills its ICRC in one CRC pass: the packet is
+    /// `buf[HEADROOM..]`. `buf` is resized (kept buffers do not allocate).
+    pub fn emit_sealed(
+        &self,
+        bth: &super::Bth,
+        imm: Option<u32>,
+        aeth: Option<super::Aeth>,
+        payload: &[u8],
+        buf: &mut Vec<u8>,
+    ) {
+        buf.resize(
+            HEADROOM + super::Packet::wire_len(bth.opcode, payload.len()),
+            0,
+        );
+        super::emit(bth, imm, aeth, payload, &mut buf[HEADROOM..]);
+        self.seal_in_headroom(buf);
+    }
+
     /// Computes the ICRC of `pkt` and stores it in its last 4 bytes.
     pub fn seal(&self, pkt: &mut [u8]) {
         let c = self.compute(pkt);

@@ -1,0 +1,214 @@
+//! Raw capture: reading the soft backend's packets with their IP header from
+//! an AF_PACKET socket behind a classic-BPF filter, so every received ICRC
+//! can be checked (it covers the IP ID, which a UDP socket never shows).
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::{setsockopt_int, UdpIo};
+use crate::error::{Error, ErrorKind, Result};
+
+impl UdpIo {
+    /// Switches receiving to raw capture: an AF_PACKET socket on the
+    /// interface holding the bound address, with a kernel filter that passes
+    /// only unfragmented IPv4/UDP packets to our address and port arriving at
+    /// this host, so each packet comes with its IP header and its ICRC can be
+    /// checked. The UDP socket keeps the port (no ICMP port-unreachable) and
+    /// sends; a filter keeps what the capture reads out of its queue, so only
+    /// packets entering through another interface (multi-homed hosts) still
+    /// arrive there, counted unchecked instead of lost. Needs
+    /// CAP_NET_RAW: without it the error (kind `Unsupported`) says so.
+    /// Returns the interface name.
+    pub(crate) fn enable_raw_capture(&mut self) -> Result<String> {
+        let local = self.local_addr()?;
+        let (ifindex, ifname) = interface_of(*local.ip())?;
+        // Protocol 0: the socket receives nothing until bind() names one,
+        // after its filter is attached, so no unfiltered packet (another
+        // link's data, ACKs) is ever queued on it.
+        // SAFETY: plain syscall; the result is checked and owned below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::new(
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    ErrorKind::Unsupported
+                } else {
+                    ErrorKind::Io
+                },
+                format!(
+                    "raw capture on {ifname} (to check received ICRCs): socket(AF_PACKET): {e} — \
+                     it needs CAP_NET_RAW: run as root or `setcap cap_net_raw+ep` the program, \
+                     or set the device's icrc_check to off"
+                ),
+            ));
+        }
+        // SAFETY: fd is a fresh socket we own from here on.
+        let raw = unsafe { OwnedFd::from_raw_fd(fd) };
+        let prog = capture_filter(*local.ip(), local.port());
+        attach_filter(raw.as_raw_fd(), &prog, "the raw capture filter")?;
+        // SAFETY: plain-data struct; zeroed is a valid initial value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: binds our socket to a valid sockaddr_ll of the right size.
+        let rc = unsafe {
+            libc::bind(
+                raw.as_raw_fd(),
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::io(
+                &format!("binding the raw capture socket to {ifname}"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20, "SO_RCVBUF");
+        // The UDP socket stops queueing what the capture socket reads: all
+        // that enters through the captured interface. What enters elsewhere
+        // (a multi-homed host) still arrives there, unchecked but not lost.
+        let not_captured = [
+            bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_IFINDEX),
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, ifindex),
+            bpf(BPF_RET | BPF_K, 0, 0, 0),
+            bpf(BPF_RET | BPF_K, 0, 0, 0x0004_0000),
+        ];
+        attach_filter(
+            self.sock.as_raw_fd(),
+            &not_captured,
+            "the UDP socket's filter",
+        )?;
+        self.raw = Some(raw);
+        // Whatever the UDP socket queued before is read by nobody: drop it.
+        let mut scratch = [0u8; 1];
+        while self.sock.recv_from(&mut scratch).is_ok() {}
+        Ok(ifname)
+    }
+}
+
+const BPF_LD: u16 = 0x00;
+const BPF_LDX: u16 = 0x01;
+const BPF_ALU: u16 = 0x04;
+const BPF_JMP: u16 = 0x05;
+const BPF_RET: u16 = 0x06;
+const BPF_W: u16 = 0x00;
+const BPF_H: u16 = 0x08;
+const BPF_B: u16 = 0x10;
+const BPF_ABS: u16 = 0x20;
+const BPF_IND: u16 = 0x40;
+const BPF_MSH: u16 = 0xa0;
+const BPF_AND: u16 = 0x50;
+const BPF_JEQ: u16 = 0x10;
+const BPF_JSET: u16 = 0x40;
+const BPF_K: u16 = 0x00;
+const SKF_AD_PKTTYPE: u32 = (-0x1000i32 + 4) as u32;
+const SKF_AD_IFINDEX: u32 = (-0x1000i32 + 8) as u32;
+
+fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Classic BPF for a SOCK_DGRAM packet socket (offsets from the IP header):
+/// accept unfragmented IPv4/UDP to `ip`:`port` that is not our own outgoing
+/// copy (loopback shows each packet twice).
+fn capture_filter(ip: Ipv4Addr, port: u16) -> Vec<libc::sock_filter> {
+    vec![
+        /* 0 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
+        /* 1 */ bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xf0),
+        /* 2 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 12, 0x40),
+        /* 3 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, 9),
+        /* 4 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 10, 17),
+        /* 5 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, 16),
+        /* 6 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 8, u32::from(ip)),
+        /* 7 */ bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, 6),
+        /* 8 */ bpf(BPF_JMP | BPF_JSET | BPF_K, 6, 0, 0x3fff),
+        /* 9 */ bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, 0),
+        /* 10 */ bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, 2),
+        /* 11 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, port as u32),
+        /* 12 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_PKTTYPE),
+        /* 13 */
+        bpf(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            1,
+            0,
+            libc::PACKET_OUTGOING as u32,
+        ),
+        /* 14 */ bpf(BPF_RET | BPF_K, 0, 0, 0x0004_0000),
+        /* 15 */ bpf(BPF_RET | BPF_K, 0, 0, 0),
+    ]
+}
+
+fn attach_filter(fd: RawFd, prog: &[libc::sock_filter], what: &str) -> Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fprog points to `prog`, valid for the call; the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &fprog as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::io(
+            &format!("attaching {what}"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// The index and name of the interface that holds `ip`.
+fn interface_of(ip: Ipv4Addr) -> Result<(u32, String)> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list`, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(Error::io("getifaddrs", std::io::Error::last_os_error()));
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned, alive until
+        // freeifaddrs; ifa_addr, when set, points to a sockaddr of its family.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: as above.
+        if unsafe { (*ifa.ifa_addr).sa_family } as i32 != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) == ip {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            // SAFETY: as above.
+            let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+            found = Some((index, name.to_string_lossy().into_owned()));
+            break;
+        }
+    }
+    // SAFETY: list came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    match found {
+        Some((idx, name)) if idx != 0 => Ok((idx, name)),
+        _ => Err(Error::invalid(format!(
+            "no network interface holds {ip}: raw capture needs the bind address on an \
+             interface of this host"
+        ))),
+    }
+}
