@@ -161,63 +161,137 @@ impl std::str::FromStr for IcrcCheck {
     }
 }
 
-/// Which device to open (rogue's `Core`): an ibverbs device by name, or the
-/// userspace `soft` backend bound to an address.
+/// Which device to open (rogue's `Core`), by transport: an ibverbs device,
+/// or the userspace soft backend bound to an address. Text front ends (the C
+/// API, Python, the CLI) name the soft backend `"soft"`:
+/// [`DeviceConfig::by_name`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceConfig {
-    /// ibverbs device name (`mlx5_0`, `rxe0`, ...), or `soft`.
+pub enum DeviceConfig {
+    /// An ibverbs device: a RoCE NIC or the kernel's rdma_rxe.
+    Verbs(VerbsConfig),
+    /// The userspace RoCEv2 responder on a UDP socket.
+    Soft(SoftConfig),
+}
+
+/// An ibverbs device and how servers on it use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsConfig {
+    /// ibverbs device name (`mlx5_0`, `rxe0`, ...).
     pub name: String,
     /// ibverbs port number (default 1).
     pub ib_port: u8,
     /// GID table index of the host's RoCE v2 IPv4 address (default 0). Not
     /// checked at open (as in rogue); server creation checks it.
     pub gid_index: u8,
-    /// Soft backend: local IPv4 address to bind (default 127.0.0.1).
-    pub bind_addr: String,
-    /// Soft backend: UDP port to bind (default 4791; 0 picks a free port).
-    pub udp_port: u16,
-    /// Soft backend: UDP port the FPGA listens on, where ACKs go (default
-    /// 4791, the RoCEv2 port; 0 = reply to each packet's source port, for
-    /// emulators on ephemeral ports).
-    pub peer_udp_port: u16,
-    /// Soft backend: check received ICRCs (default [`IcrcCheck::Auto`]).
-    pub icrc_check: IcrcCheck,
+    /// Also register each server's slab with IBV_ACCESS_REMOTE_WRITE, so the
+    /// MR has a valid rkey (rogue reports it; rdma_rxe gives rkey 0
+    /// otherwise). The QP still grants no remote access (qp_access_flags =
+    /// 0), so no peer can RDMA-write into the slab either way. Default false.
+    pub mr_remote_write: bool,
 }
 
-impl DeviceConfig {
-    /// Config for the ibverbs device `name` with rogue's defaults (port 1, GID index 0).
+impl VerbsConfig {
+    /// The ibverbs device `name` with rogue's defaults (port 1, GID index 0).
     pub fn new(name: impl Into<String>) -> Self {
-        DeviceConfig {
+        VerbsConfig {
             name: name.into(),
             ib_port: 1,
             gid_index: 0,
-            bind_addr: "127.0.0.1".into(),
+            mr_remote_write: false,
+        }
+    }
+}
+
+/// The soft backend's socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoftConfig {
+    /// Local IPv4 address to bind (a specific one: it is the host GID).
+    pub bind_addr: String,
+    /// UDP port to bind (default 4791; 0 picks a free port).
+    pub udp_port: u16,
+    /// UDP port the FPGA listens on, where ACKs go (default 4791, the RoCEv2
+    /// port; 0 = reply to each packet's source port, for emulators on
+    /// ephemeral ports).
+    pub peer_udp_port: u16,
+    /// Check received ICRCs (default [`IcrcCheck::Auto`]).
+    pub icrc_check: IcrcCheck,
+}
+
+impl SoftConfig {
+    /// Bound to `bind_addr`:4791, ACKs to the FPGA's port 4791.
+    pub fn new(bind_addr: impl Into<String>) -> Self {
+        SoftConfig {
+            bind_addr: bind_addr.into(),
             udp_port: ROCE_UDP_PORT,
             peer_udp_port: ROCE_UDP_PORT,
             icrc_check: IcrcCheck::Auto,
         }
     }
-    /// The soft backend on `bind_addr`, any free UDP port (reported in the host
-    /// params), ACKs to each packet's source port: a server for an emulator on
-    /// this host (tests, demos, benchmarks).
-    pub fn soft_ephemeral(bind_addr: &str) -> Self {
-        DeviceConfig {
-            bind_addr: bind_addr.to_string(),
+    /// On `bind_addr`, any free UDP port (reported in the host params), ACKs
+    /// to each packet's source port: a server for an emulator on this host
+    /// (tests, demos, benchmarks).
+    pub fn ephemeral(bind_addr: impl Into<String>) -> Self {
+        SoftConfig {
             udp_port: 0,
             peer_udp_port: 0,
-            ..DeviceConfig::new("soft")
+            ..SoftConfig::new(bind_addr)
+        }
+    }
+}
+
+impl From<VerbsConfig> for DeviceConfig {
+    fn from(c: VerbsConfig) -> Self {
+        DeviceConfig::Verbs(c)
+    }
+}
+
+impl From<SoftConfig> for DeviceConfig {
+    fn from(c: SoftConfig) -> Self {
+        DeviceConfig::Soft(c)
+    }
+}
+
+impl DeviceConfig {
+    /// The ibverbs device `name` with rogue's defaults.
+    pub fn verbs(name: impl Into<String>) -> Self {
+        VerbsConfig::new(name).into()
+    }
+    /// The soft backend on `bind_addr`:4791 (see [`SoftConfig::new`]).
+    pub fn soft(bind_addr: impl Into<String>) -> Self {
+        SoftConfig::new(bind_addr).into()
+    }
+    /// The soft backend on a free port (see [`SoftConfig::ephemeral`]).
+    pub fn soft_ephemeral(bind_addr: impl Into<String>) -> Self {
+        SoftConfig::ephemeral(bind_addr).into()
+    }
+    /// What text front ends mean by a device name: `"soft"` is the soft
+    /// backend on 127.0.0.1:4791, anything else an ibverbs device.
+    pub fn by_name(name: &str) -> Self {
+        match name {
+            "soft" => DeviceConfig::soft("127.0.0.1"),
+            _ => DeviceConfig::verbs(name),
+        }
+    }
+    /// The device name (`"soft"` for the soft backend).
+    pub fn name(&self) -> &str {
+        match self {
+            DeviceConfig::Verbs(v) => &v.name,
+            DeviceConfig::Soft(_) => "soft",
         }
     }
 
     /// Checks the fields that can be checked without a device.
     pub fn validate(&self) -> Result<()> {
-        if self.name.is_empty() {
+        let DeviceConfig::Verbs(v) = self else {
+            return Ok(());
+        };
+        if v.name.is_empty() {
             return Err(Error::invalid(
                 "device name is empty: pass an ibverbs device name (see `rocev2 info` or \
                  `ibv_devices`) or \"soft\" for the userspace backend",
             ));
         }
-        if self.ib_port == 0 {
+        if v.ib_port == 0 {
             return Err(Error::invalid(
                 "ib_port must be >= 1 (ibverbs ports count from 1); got 0",
             ));
@@ -243,11 +317,6 @@ pub struct ServerConfig {
     pub stop_timeout_ms: u32,
     /// Pin the receive thread to this CPU (default: not pinned).
     pub cpu_affinity: Option<u32>,
-    /// verbs: also register the slab with IBV_ACCESS_REMOTE_WRITE, so the MR
-    /// has a valid rkey (rogue reports it; rdma_rxe gives rkey 0 otherwise).
-    /// The QP still grants no remote access (qp_access_flags = 0), so no peer
-    /// can RDMA-write into the slab either way. Default false.
-    pub mr_remote_write: bool,
 }
 
 impl Default for ServerConfig {
@@ -258,7 +327,6 @@ impl Default for ServerConfig {
             spin_us: 50,
             stop_timeout_ms: 5000,
             cpu_affinity: None,
-            mr_remote_write: false,
         }
     }
 }
@@ -301,7 +369,7 @@ pub struct ConnectParams {
     pub fpga_qpn: u32,
     /// The first PSN the FPGA's SENDs carry: the host QP's RTR `rq_psn`.
     /// rogue calls it `fpgaRqPsn`; surf programs the FPGA's send PSN with the
-    /// host SQ PSN, so pass [`HostParams::sq_psn`](crate::HostParams) (the
+    /// host SQ PSN, so pass [`HostParams::sq_psn`](crate::config::HostParams) (the
     /// default of every wrapper in this project).
     pub fpga_rq_psn: u32,
     /// Path MTU.
@@ -351,7 +419,7 @@ pub struct HostParams {
     /// MR rkey (the MR grants no remote access; informational).
     pub mr_rkey: u32,
     /// Host GID.
-    pub gid: crate::Gid,
+    pub gid: crate::gid::Gid,
     /// UDP port the host receives on (4791 on verbs; the bound port on soft).
     pub udp_port: u16,
 }
@@ -477,12 +545,19 @@ mod tests {
 
     #[test]
     fn device_config_validation() {
-        let d = DeviceConfig::new("rxe0");
-        assert_eq!((d.ib_port, d.gid_index, d.udp_port), (1, 0, 4791));
-        assert!(d.validate().is_ok());
-        assert!(DeviceConfig::new("").validate().is_err());
-        let mut d = DeviceConfig::new("mlx5_0");
-        d.ib_port = 0;
+        let v = VerbsConfig::new("rxe0");
+        assert_eq!((v.ib_port, v.gid_index, v.mr_remote_write), (1, 0, false));
+        assert!(DeviceConfig::from(v).validate().is_ok());
+        assert!(DeviceConfig::verbs("").validate().is_err());
+        let d = DeviceConfig::from(VerbsConfig {
+            ib_port: 0,
+            ..VerbsConfig::new("mlx5_0")
+        });
         assert!(d.validate().unwrap_err().message().contains("ib_port"));
+        // Text front ends name the soft backend "soft".
+        let s = SoftConfig::new("127.0.0.1");
+        assert_eq!((s.udp_port, s.peer_udp_port), (4791, 4791));
+        assert_eq!(DeviceConfig::by_name("soft"), DeviceConfig::Soft(s));
+        assert_eq!(DeviceConfig::by_name("rxe0").name(), "rxe0");
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rocev2::emulator::pattern;
 use rocev2::emulator::{EmulatorConfig, Faults, FpgaEmulator};
 use rocev2::wire::{emit, icrc::Ipv4Udp, Bth, Opcode, Packet};
-use rocev2::{ConnectParams, Device, DeviceConfig, IcrcCheck, Server, ServerConfig, Stats};
+use rocev2::{ConnectParams, Device, IcrcCheck, Server, ServerConfig, SoftConfig, Stats};
 
 struct Rig {
     server: Server,
@@ -29,10 +29,13 @@ fn rig(faults: Faults, depth: u32) -> Rig {
 
 fn rig_icrc(faults: Faults, depth: u32, icrc_check: IcrcCheck) -> Rig {
     let server = Server::create(
-        &Device::open(&DeviceConfig {
-            icrc_check,
-            ..DeviceConfig::soft_ephemeral("127.0.0.1")
-        })
+        &Device::open(
+            &SoftConfig {
+                icrc_check,
+                ..SoftConfig::ephemeral("127.0.0.1")
+            }
+            .into(),
+        )
         .unwrap(),
         &ServerConfig {
             max_payload: 4096,

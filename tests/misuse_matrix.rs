@@ -211,9 +211,7 @@ fn destroy_from_another_thread_while_frames_flow() {
 #[test]
 fn a_panicking_rust_callback_is_counted_and_the_thread_survives() {
     let _serial = serial();
-    let mut d = rocev2::DeviceConfig::new("soft");
-    d.udp_port = 0;
-    d.peer_udp_port = 0;
+    let d = rocev2::DeviceConfig::soft_ephemeral("127.0.0.1");
     let server = rocev2::Server::create(
         &rocev2::Device::open(&d).unwrap(),
         &rocev2::ServerConfig {

@@ -16,6 +16,7 @@ use rocev2::emulator::verbs::VerbsRequester;
 use rocev2::verbs::VerbsDevice;
 use rocev2::{
     ConnectParams, Device, DeviceConfig, ErrorKind, Frame, Gid, Mtu, Server, ServerConfig,
+    VerbsConfig,
 };
 
 mod common;
@@ -31,9 +32,11 @@ fn env_u8(k: &str) -> u8 {
 }
 
 fn device(name: &str, gid_idx: u8) -> Device {
-    let mut c = DeviceConfig::new(name);
-    c.gid_index = gid_idx;
-    Device::open(&c).unwrap()
+    let c = VerbsConfig {
+        gid_index: gid_idx,
+        ..VerbsConfig::new(name)
+    };
+    Device::open(&c.into()).unwrap()
 }
 
 fn server_cfg(depth: u32, max_payload: u32) -> ServerConfig {
@@ -77,7 +80,7 @@ fn rogue_equivalent_device_tests() {
     let dev = device("rxe0", idx);
     assert_eq!(dev.name(), "rxe0");
     // A missing device is reported as rogue does.
-    let e = Device::open(&DeviceConfig::new("mlx5_99")).err().unwrap();
+    let e = Device::open(&DeviceConfig::verbs("mlx5_99")).err().unwrap();
     assert_eq!(e.kind(), ErrorKind::DeviceNotFound);
     assert!(
         e.message().contains("RDMA device 'mlx5_99' not found"),
@@ -108,11 +111,9 @@ fn rogue_equivalent_device_tests() {
     // Least privilege: without remote access rxe gives the MR no rkey; with
     // mr_remote_write (what the rogue adapter asks for) it has one.
     assert_eq!(hp.mr_rkey, 0);
-    let cfg = ServerConfig {
-        mr_remote_write: true,
-        ..server_cfg(8, 4096)
-    };
-    assert_ne!(Server::create(&dev, &cfg).unwrap().host_params().mr_rkey, 0);
+    let remote_write = dev.with_mr_remote_write(true);
+    let s = Server::create(&remote_write, &server_cfg(8, 4096)).unwrap();
+    assert_ne!(s.host_params().mr_rkey, 0);
     // Queue deeper than the device allows: a clear error.
     let e = Server::create(&dev, &server_cfg(65536, 64)).err().unwrap();
     assert!(e.message().contains("max_qp_wr"), "{e}");

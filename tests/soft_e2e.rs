@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rocev2::emulator::pattern;
 use rocev2::emulator::{EmulatorConfig, Faults, FpgaEmulator};
-use rocev2::{ConnectParams, Device, DeviceConfig, Frame, Server, ServerConfig};
+use rocev2::{ConnectParams, Device, DeviceConfig, Frame, Server, ServerConfig, SoftConfig};
 
 /// An ACK means the data is in host memory; the callback may still be running
 /// for the last frames, so wait for it (bounded).
@@ -212,24 +212,24 @@ fn pull_api_and_foreign_traffic() {
 
 #[test]
 fn soft_device_config_errors() {
-    let mut d = DeviceConfig::new("soft");
-    d.bind_addr = "0.0.0.0".into();
+    let d = DeviceConfig::soft("0.0.0.0");
     assert!(Device::open(&d)
         .err()
         .unwrap()
         .message()
         .contains("specific bind address"));
-    d.bind_addr = "nonsense".into();
-    assert!(Device::open(&d)
+    assert!(Device::open(&DeviceConfig::soft("nonsense"))
         .err()
         .unwrap()
         .message()
         .contains("not an IPv4 address"));
     // A port in use is reported with a hint.
     let (server, _emu) = setup(2, 64, Faults::default());
-    let mut d = DeviceConfig::new("soft");
-    d.udp_port = server.host_params().udp_port;
-    let dev = Device::open(&d).unwrap();
+    let d = SoftConfig {
+        udp_port: server.host_params().udp_port,
+        ..SoftConfig::new("127.0.0.1")
+    };
+    let dev = Device::open(&d.into()).unwrap();
     let e = Server::create(
         &dev,
         &ServerConfig {

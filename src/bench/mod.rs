@@ -88,18 +88,22 @@ pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
 pub fn soft_end_to_end(
     size: usize,
     frames: u64,
-    pmtu: crate::Mtu,
+    pmtu: crate::config::Mtu,
     depth: u32,
-    icrc: crate::IcrcCheck,
+    icrc: crate::config::IcrcCheck,
 ) -> Result<Rate> {
+    use crate::config::{ConnectParams, ServerConfig, SoftConfig};
     use crate::emulator::{EmulatorConfig, FpgaEmulator};
-    use crate::{ConnectParams, Device, DeviceConfig, Server, ServerConfig};
+    use crate::{Device, Server};
     use std::sync::atomic::AtomicU64;
     let server = Server::create(
-        &Device::open(&DeviceConfig {
-            icrc_check: icrc,
-            ..DeviceConfig::soft_ephemeral("127.0.0.1")
-        })?,
+        &Device::open(
+            &SoftConfig {
+                icrc_check: icrc,
+                ..SoftConfig::ephemeral("127.0.0.1")
+            }
+            .into(),
+        )?,
         &ServerConfig {
             max_payload: size as u32,
             rx_queue_depth: depth,

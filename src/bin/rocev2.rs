@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use rocev2::bench::{udp_ceiling, Rate};
 use rocev2::emulator::pattern;
 use rocev2::emulator::{EmulatorConfig, Faults, FpgaEmulator};
-use rocev2::{ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig};
+use rocev2::{
+    ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig, SoftConfig, VerbsConfig,
+};
 
 const USAGE: &str = "usage: rocev2 <command> [--option value ...]
 
@@ -201,10 +203,13 @@ fn demo(o: &Opts) -> Result<ExitCode, String> {
     if size < 8 {
         return Err("--size must be at least 8 (the pattern carries a sequence number)".into());
     }
-    let dev = Device::open(&DeviceConfig {
-        icrc_check: icrc_check(o)?,
-        ..DeviceConfig::soft_ephemeral("127.0.0.1")
-    })
+    let dev = Device::open(
+        &SoftConfig {
+            icrc_check: icrc_check(o)?,
+            ..SoftConfig::ephemeral("127.0.0.1")
+        }
+        .into(),
+    )
     .map_err(|e| e.to_string())?;
     let server = Server::create(
         &dev,
@@ -357,12 +362,20 @@ fn icrc_check(o: &Opts) -> Result<rocev2::IcrcCheck, String> {
 }
 
 fn recv(o: &Opts) -> Result<ExitCode, String> {
-    let mut dc = DeviceConfig::new(o.get("device").map(String::as_str).unwrap_or("soft"));
-    dc.bind_addr = o.get("bind").cloned().unwrap_or_else(|| "127.0.0.1".into());
-    dc.udp_port = num(o, "port", 4791u16)?;
-    dc.peer_udp_port = num(o, "peer-port", 4791u16)?;
-    dc.gid_index = num(o, "gid-index", 0u8)?;
-    dc.icrc_check = icrc_check(o)?;
+    let dc: DeviceConfig = match o.get("device").map(String::as_str).unwrap_or("soft") {
+        "soft" => SoftConfig {
+            bind_addr: o.get("bind").cloned().unwrap_or_else(|| "127.0.0.1".into()),
+            udp_port: num(o, "port", 4791u16)?,
+            peer_udp_port: num(o, "peer-port", 4791u16)?,
+            icrc_check: icrc_check(o)?,
+        }
+        .into(),
+        name => VerbsConfig {
+            gid_index: num(o, "gid-index", 0u8)?,
+            ..VerbsConfig::new(name)
+        }
+        .into(),
+    };
     let dev = Device::open(&dc).map_err(|e| e.to_string())?;
     let cfg = ServerConfig {
         max_payload: num(o, "max-payload", 9000u32)?,

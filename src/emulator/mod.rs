@@ -91,7 +91,7 @@ impl EmulatorConfig {
     /// An emulator on the server's host (same IPv4 address, any free port)
     /// aimed at the soft server described by `host` (its GID's IPv4 address and
     /// UDP port), starting at its SQ PSN; surf's defaults otherwise.
-    pub fn for_server(host: &crate::HostParams) -> Result<Self> {
+    pub fn for_server(host: &crate::config::HostParams) -> Result<Self> {
         let ip = host.gid.ipv4().ok_or_else(|| {
             Error::invalid(format!("the server's GID {} is not IPv4-mapped", host.gid))
         })?;

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{ConnectParams, DeviceConfig, ServerConfig};
+use crate::config::{ConnectParams, DeviceConfig, IcrcCheck, ServerConfig, VerbsConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::server::{Frame, ServerCore};
@@ -479,16 +479,23 @@ pub unsafe extern "C" fn rocev2_device_open(
         )?;
         // SAFETY: NUL-terminated strings per the API contract.
         let name = unsafe { c_str(c.name, "cfg->name") }?;
-        let mut dc = DeviceConfig::new(name);
-        dc.ib_port = c.ib_port;
-        dc.gid_index = c.gid_index;
-        dc.udp_port = c.udp_port;
-        dc.peer_udp_port = c.peer_udp_port;
-        dc.icrc_check = crate::config::IcrcCheck::from_code(c.icrc_check as u32)?;
-        if !c.bind_addr.is_null() {
-            // SAFETY: as above.
-            dc.bind_addr = unsafe { c_str(c.bind_addr, "cfg->bind_addr") }?.to_string();
-        }
+        let dc = match DeviceConfig::by_name(name) {
+            DeviceConfig::Soft(mut soft) => {
+                soft.udp_port = c.udp_port;
+                soft.peer_udp_port = c.peer_udp_port;
+                soft.icrc_check = IcrcCheck::from_code(c.icrc_check as u32)?;
+                if !c.bind_addr.is_null() {
+                    // SAFETY: as above.
+                    soft.bind_addr = unsafe { c_str(c.bind_addr, "cfg->bind_addr") }?.to_string();
+                }
+                DeviceConfig::Soft(soft)
+            }
+            DeviceConfig::Verbs(verbs) => DeviceConfig::Verbs(VerbsConfig {
+                ib_port: c.ib_port,
+                gid_index: c.gid_index,
+                ..verbs
+            }),
+        };
         let dev = Device::open(&dc)?;
         *out = Box::into_raw(Box::new(dev)) as *mut rocev2_device;
         Ok(())
@@ -581,6 +588,7 @@ pub unsafe extern "C" fn rocev2_server_create(
         *out = std::ptr::null_mut();
         // Arguments first (so a bad config is reported as such), then the handle.
         let mut sc = ServerConfig::default();
+        let mut remote_write = false;
         if !cfg.is_null() {
             // SAFETY: non-null, caller-owned.
             let c = unsafe { &*cfg };
@@ -593,7 +601,7 @@ pub unsafe extern "C" fn rocev2_server_create(
             sc.rx_queue_depth = c.rx_queue_depth;
             sc.spin_us = c.spin_us;
             sc.stop_timeout_ms = c.stop_timeout_ms;
-            sc.mr_remote_write = c.mr_remote_write != 0;
+            remote_write = c.mr_remote_write != 0;
             sc.cpu_affinity = match c.cpu_affinity {
                 -1 => None,
                 n if n >= 0 => Some(n as u32),
@@ -607,7 +615,7 @@ pub unsafe extern "C" fn rocev2_server_create(
         sc.validate()?;
         // SAFETY: as above (a handle from rocev2_device_open).
         let dev = unsafe { deref(dev as *const Device, "dev") }?;
-        let core = Server::create_core(dev, &sc)?;
+        let core = Server::create_core(&dev.with_mr_remote_write(remote_write), &sc)?;
         *out = Arc::into_raw(core) as *mut rocev2_server;
         Ok(())
     })

@@ -16,7 +16,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::sys::Slab;
+use crate::server::Slab;
 use crate::wire::icrc::{parse_ipv4_udp, Ipv4Udp};
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.

@@ -9,6 +9,7 @@
 
 pub(crate) mod bench;
 mod ring;
+mod slab;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -24,10 +25,11 @@ use std::time::{Duration, Instant};
 use crate::config::{ConnectParams, HostParams, ServerConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
-use crate::sys::{random_u32, EventFd, Slab};
+use crate::sys::{random_u32, EventFd};
 use crate::wire::MASK_24;
 
 pub(crate) use ring::SlotRing;
+pub(crate) use slab::Slab;
 pub(crate) use stats::{BackendCounters, Counters, SoftCounters};
 pub use stats::{BackendStats, SoftStats, Stats};
 

@@ -98,7 +98,6 @@ impl Harness {
             spin_us: 0,
             stop_timeout_ms: 300,
             cpu_affinity,
-            mr_remote_write: false,
         };
         let wire = Arc::new(Mutex::new(Wire::default()));
         let notify = Arc::new(EventFd::new().unwrap());

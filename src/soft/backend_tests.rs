@@ -7,9 +7,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 
 use super::*;
-use crate::config::ConnectParams;
+use crate::config::{ConnectParams, SoftConfig};
+use crate::server::Slab;
 use crate::server::{Backend, Completion, CompletionKind, SoftCounters};
-use crate::sys::Slab;
 use crate::wire::icrc::Ipv4Udp;
 use crate::wire::{self, Bth, Opcode, Packet};
 
@@ -33,9 +33,9 @@ fn rig(slots: u32, slot_size: u32, pmtu_code: u32) -> Rig {
 
 fn rig_with(slots: u32, slot_size: u32, pmtu_code: u32, icrc: IcrcCheck) -> Rig {
     let slab = Arc::new(Slab::new(slot_size, slots).unwrap());
-    let dev = SoftDevice::open(&crate::config::DeviceConfig {
+    let dev = SoftDevice::open(&SoftConfig {
         icrc_check: icrc,
-        ..crate::config::DeviceConfig::soft_ephemeral("127.0.0.1")
+        ..SoftConfig::ephemeral("127.0.0.1")
     })
     .unwrap();
     let mut be = SoftBackend::create(&dev, &slab).unwrap();
@@ -493,10 +493,9 @@ fn raw_capture_loses_nothing_that_enters_through_another_interface() {
     // from this host to that address enters through lo. It must still arrive
     // (through the UDP socket), counted unchecked.
     let slab = Arc::new(Slab::new(4096, 4).unwrap());
-    let dev = SoftDevice::open(&crate::config::DeviceConfig {
-        bind_addr: ip.to_string(),
+    let dev = SoftDevice::open(&SoftConfig {
         icrc_check: IcrcCheck::Require,
-        ..crate::config::DeviceConfig::soft_ephemeral("127.0.0.1")
+        ..SoftConfig::ephemeral(ip.to_string())
     })
     .unwrap();
     let mut be = SoftBackend::create(&dev, &slab).unwrap();

@@ -33,14 +33,15 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::config::{ConnectParams, DeviceConfig, IcrcCheck};
+use crate::config::{ConnectParams, IcrcCheck, SoftConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::net::{self, Landing, UdpIo};
+use crate::server::Slab;
 use crate::server::{
     Backend, BackendCounters, BackendInfo, Completion, CompletionKind, SoftCounters, POLL_BATCH,
 };
-use crate::sys::{poll_readable, random_u32, Slab};
+use crate::sys::{poll_readable, random_u32};
 use crate::wire::icrc::{Ipv4Udp, HEADROOM};
 use crate::wire::{Aeth, Bth, Headers, Opcode, Packet, MASK_24};
 use landing::{Planner, Targets};
@@ -65,7 +66,7 @@ pub struct SoftDevice {
 impl SoftDevice {
     /// Checks the bind address (a specific IPv4 address: it is the host GID
     /// and the source address the ACK ICRCs cover).
-    pub fn open(cfg: &DeviceConfig) -> Result<SoftDevice> {
+    pub fn open(cfg: &SoftConfig) -> Result<SoftDevice> {
         let ip: Ipv4Addr = cfg.bind_addr.parse().map_err(|_| {
             Error::invalid(format!(
                 "soft backend bind address {:?} is not an IPv4 address",

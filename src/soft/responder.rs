@@ -219,25 +219,58 @@ impl Responder {
         self.reply(ACK_UNLIMITED, last);
     }
 
-    fn invalid(&mut self, bth: &Bth, why: DropReason) -> Verdict {
+    /// An invalid request: NAK it and discard the open message (its slot
+    /// goes back to the front of the posted list).
+    fn invalid(&mut self, bth: &Bth, why: DropReason) -> DropReason {
         if let Some(p) = self.partial.take() {
             self.free.push_front(p.slot);
         }
         self.reply(Syndrome::InvalidRequest, bth.psn);
-        Verdict::Drop(why)
+        why
     }
 
-    /// Handles one request packet with `payload_len` payload bytes (pad removed).
+    /// Handles one request packet with `payload_len` payload bytes (pad
+    /// removed). The stages are rxe_resp.c's: check_psn -> check_op_seq /
+    /// check_op_valid -> check_length -> check_resource -> execute ->
+    /// complete -> acknowledge; a stage that rejects the packet returns why.
     pub fn on_packet(&mut self, bth: &Bth, imm: Option<u32>, payload_len: usize) -> Verdict {
+        match self.receive(bth, imm, payload_len as u32) {
+            Ok(v) => v,
+            Err(why) => Verdict::Drop(why),
+        }
+    }
+
+    fn receive(&mut self, bth: &Bth, imm: Option<u32>, len: u32) -> Result<Verdict, DropReason> {
+        self.check_qp(bth)?;
+        self.check_psn(bth)?;
+        self.check_op(bth)?;
+        self.check_length(bth, len)?;
+        let (slot, offset) = self.check_resource(bth)?;
+        if offset + len > self.cfg.slot_size {
+            return Err(self.invalid(bth, DropReason::BadLength));
+        }
+        let done = self.execute(bth.opcode, slot, offset + len, imm);
+        self.acknowledge(bth);
+        Ok(Verdict::Place { slot, offset, done })
+    }
+
+    /// Packets for another QP are foreign.
+    fn check_qp(&mut self, bth: &Bth) -> Result<(), DropReason> {
         if bth.dest_qp != self.cfg.qpn {
             self.stats.wrong_qp += 1;
-            return Verdict::Drop(DropReason::WrongQp);
+            return Err(DropReason::WrongQp);
         }
+        Ok(())
+    }
+
+    /// Behind: a duplicate (re-ACKed at the next flush). Ahead: one
+    /// sequence-error NAK per gap, then silence until the gap is filled.
+    fn check_psn(&mut self, bth: &Bth) -> Result<(), DropReason> {
         let d = psn::diff(bth.psn, self.epsn);
         if d < 0 {
             self.stats.duplicates += 1;
             self.ack_due = true;
-            return Verdict::Drop(DropReason::Duplicate);
+            return Err(DropReason::Duplicate);
         }
         if d > 0 {
             self.stats.out_of_sequence += 1;
@@ -245,69 +278,79 @@ impl Responder {
                 self.nak_outstanding = true;
                 self.reply(Syndrome::PsnSeqErr, self.epsn);
             }
-            return Verdict::Drop(DropReason::OutOfSequence);
+            return Err(DropReason::OutOfSequence);
         }
-        // In sequence.
+        Ok(())
+    }
+
+    /// check_op_valid + check_op_seq: a SEND, and FIRST/ONLY exactly when no
+    /// message is open.
+    fn check_op(&mut self, bth: &Bth) -> Result<(), DropReason> {
         let op = bth.opcode;
-        if !op.is_send() {
-            return self.invalid(bth, DropReason::InvalidOpcode);
-        }
         let continues = matches!(
             op,
             Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastImm
         );
-        if continues != self.partial.is_some() {
-            return self.invalid(bth, DropReason::InvalidOpcode);
+        if !op.is_send() || continues != self.partial.is_some() {
+            return Err(self.invalid(bth, DropReason::InvalidOpcode));
         }
-        let len = payload_len as u32;
-        let full_pmtu = matches!(op, Opcode::SendFirst | Opcode::SendMiddle);
+        Ok(())
+    }
+
+    /// FIRST and MIDDLE carry exactly one pmtu; nothing carries more.
+    fn check_length(&mut self, bth: &Bth, len: u32) -> Result<(), DropReason> {
+        let full_pmtu = matches!(bth.opcode, Opcode::SendFirst | Opcode::SendMiddle);
         if (full_pmtu && len != self.cfg.pmtu) || len > self.cfg.pmtu {
-            return self.invalid(bth, DropReason::BadLength);
+            return Err(self.invalid(bth, DropReason::BadLength));
         }
-        let (slot, offset) = match self.partial {
-            Some(p) => (p.slot, p.len),
-            None => match self.free.front() {
-                Some(&s) => (s, 0),
-                None => {
-                    self.nak_outstanding = true;
-                    let timer = self.cfg.min_rnr_timer;
-                    self.reply(Syndrome::RnrNak(timer), bth.psn);
-                    return Verdict::Drop(DropReason::NoSlot);
-                }
-            },
-        };
-        if offset + len > self.cfg.slot_size {
-            return self.invalid(bth, DropReason::BadLength);
+        Ok(())
+    }
+
+    /// Where the payload goes: the open message's slot, or a posted slot
+    /// at a message start (none posted: RNR NAK, the sender retries).
+    fn check_resource(&mut self, bth: &Bth) -> Result<(u32, u32), DropReason> {
+        if let Some(p) = self.partial {
+            return Ok((p.slot, p.len));
         }
+        match self.free.front() {
+            Some(&s) => Ok((s, 0)),
+            None => {
+                self.nak_outstanding = true;
+                let timer = self.cfg.min_rnr_timer;
+                self.reply(Syndrome::RnrNak(timer), bth.psn);
+                Err(DropReason::NoSlot)
+            }
+        }
+    }
+
+    /// Accepts the packet (the message now holds `len` bytes in `slot`);
+    /// at the message end, completes it.
+    fn execute(&mut self, op: Opcode, slot: u32, len: u32, imm: Option<u32>) -> Option<Done> {
         if self.partial.is_none() {
             self.free.pop_front();
         }
         self.stats.accepted += 1;
         self.nak_outstanding = false;
         self.epsn = psn::add(self.epsn, 1);
-        let done = if op.ends_message() {
-            self.partial = None;
-            self.msn = psn::add(self.msn, 1);
-            self.stats.messages += 1;
-            Some(Done {
-                slot,
-                len: offset + len,
-                imm,
-            })
-        } else {
-            self.partial = Some(Partial {
-                slot,
-                len: offset + len,
-            });
-            None
-        };
+        if !op.ends_message() {
+            self.partial = Some(Partial { slot, len });
+            return None;
+        }
+        self.partial = None;
+        self.msn = psn::add(self.msn, 1);
+        self.stats.messages += 1;
+        Some(Done { slot, len, imm })
+    }
+
+    /// Coalesced ACKs: one at least every `ack_every` AckReq packets (and at
+    /// every flush).
+    fn acknowledge(&mut self, bth: &Bth) {
         if bth.ack_req {
             self.unacked += 1;
             if self.unacked >= self.cfg.ack_every {
                 self.ack_now();
             }
         }
-        Verdict::Place { slot, offset, done }
     }
 
     /// The input went idle: emit the coalesced ACK, if one is owed.

@@ -18,8 +18,9 @@ use rdma_sys::*;
 use crate::config::ConnectParams;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
+use crate::server::Slab;
 use crate::server::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
-use crate::sys::{poll_readable, Slab};
+use crate::sys::poll_readable;
 use crate::wire::psn;
 
 mod ibv;

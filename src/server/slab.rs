@@ -1,0 +1,247 @@
+//! The receive slab: `rx_queue_depth` slots the NIC (verbs) or the soft
+//! backend writes and consumers read in place, and its loan table. Memory
+//! shared with the NIC and the kernel, hence the one `unsafe` file of the
+//! core: the slab hands out slot memory only under the loan discipline kept
+//! here, so every other module reads and writes slots through safe methods
+//! (the soft backend's receive path takes raw ranges through
+//! [`Slab::receive_region`], which refuses loaned slots).
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Slab alignment: page size, as the NIC and rogue expect.
+pub const SLAB_ALIGN: usize = 4096;
+
+/// `rx_queue_depth` slots of `slot_size` bytes in one page-aligned, zeroed
+/// allocation, plus a per-slot loan state `generation << 1 | loaned`.
+///
+/// A slot is either *owned by the receiver* (posted to the NIC, or waiting to
+/// be re-posted) or *loaned* to a consumer under a generation number. Only a
+/// loaned slot may be read through [`Slab::loaned`]; only a slot that is not
+/// loaned may be written through [`Slab::write_slot`].
+pub(crate) struct Slab {
+    mem: NonNull<u8>,
+    layout: Layout,
+    slot_size: u32,
+    slots: u32,
+    state: Box<[AtomicU64]>,
+}
+
+// SAFETY: the slab is plain memory; concurrent access is governed by the loan
+// states (atomics): readers only see loaned slots, the single writer (the
+// receive thread or the NIC) only slots that are not loaned.
+unsafe impl Send for Slab {}
+// SAFETY: as above; every method takes &self and synchronises through `state`.
+unsafe impl Sync for Slab {}
+
+impl Slab {
+    /// Allocates `slots * slot_size` zeroed bytes, page aligned.
+    pub fn new(slot_size: u32, slots: u32) -> Result<Slab> {
+        let bytes = slot_size as usize * slots as usize;
+        if bytes == 0 {
+            return Err(Error::invalid("slab size must be non-zero"));
+        }
+        let rounded = bytes.div_ceil(SLAB_ALIGN) * SLAB_ALIGN;
+        let layout = Layout::from_size_align(rounded, SLAB_ALIGN)
+            .map_err(|e| Error::invalid(format!("slab layout {rounded} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let mem = NonNull::new(ptr).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NoMemory,
+                format!("Failed to allocate RX slab ({bytes} bytes)"),
+            )
+        })?;
+        let state = (0..slots).map(|_| AtomicU64::new(0)).collect();
+        Ok(Slab {
+            mem,
+            layout,
+            slot_size,
+            slots,
+            state,
+        })
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> u32 {
+        self.slot_size
+    }
+    /// Number of slots.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+    /// Length of the registered region: `slots * slot_size`.
+    pub fn len(&self) -> u64 {
+        self.slot_size as u64 * self.slots as u64
+    }
+    /// Virtual address of the slab (the MR address).
+    pub fn base_addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+    /// Raw base pointer, for registering the region with the NIC.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.mem.as_ptr()
+    }
+
+    /// Marks the receiver-owned `slot` loaned; returns the loan's generation
+    /// (never 0), or `None` if the slot is out of range or already loaned.
+    pub fn loan(&self, slot: u32) -> Option<u32> {
+        let st = self.state.get(slot as usize)?;
+        let cur = st.load(Ordering::Acquire);
+        if cur & 1 == 1 {
+            return None;
+        }
+        let mut gen = ((cur >> 1) as u32).wrapping_add(1);
+        if gen == 0 {
+            gen = 1;
+        }
+        st.compare_exchange(
+            cur,
+            ((gen as u64) << 1) | 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .ok()
+        .map(|_| gen)
+    }
+
+    /// Ends the loan `(slot, gen)`; false if it is not loaned under that generation.
+    pub fn release(&self, slot: u32, gen: u32) -> bool {
+        match self.state.get(slot as usize) {
+            Some(st) => st
+                .compare_exchange(
+                    ((gen as u64) << 1) | 1,
+                    (gen as u64) << 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok(),
+            None => false,
+        }
+    }
+
+    /// True while `(slot, gen)` is on loan.
+    pub fn is_loaned(&self, slot: u32, gen: u32) -> bool {
+        self.state
+            .get(slot as usize)
+            .map(|st| st.load(Ordering::Acquire) == ((gen as u64) << 1) | 1)
+            .unwrap_or(false)
+    }
+
+    /// Number of slots currently on loan.
+    pub fn loans_outstanding(&self) -> u32 {
+        self.state
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) & 1 == 1)
+            .count() as u32
+    }
+
+    /// The first `len` bytes of loaned slot `(slot, gen)`, or `None` if that loan
+    /// is not live or `len` exceeds the slot.
+    pub fn loaned(&self, slot: u32, gen: u32, len: u32) -> Option<&[u8]> {
+        if len > self.slot_size || !self.is_loaned(slot, gen) {
+            return None;
+        }
+        // SAFETY: slot < slots (is_loaned checked the index) and len <= slot_size,
+        // so the range lies inside the allocation. The slot is loaned: the NIC
+        // and the receive thread do not write it until the loan is released, and
+        // the loan is released only by consuming the `Frame` (or token) that
+        // borrows this slice.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                self.mem
+                    .as_ptr()
+                    .add(slot as usize * self.slot_size as usize),
+                len as usize,
+            )
+        })
+    }
+
+    /// Runs `f` on the whole of receiver-owned `slot` (the soft backend's copy
+    /// from the socket). Returns `None` if the slot is out of range or loaned.
+    /// Only the receive thread calls this, so there is a single writer.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn write_slot<R>(&self, slot: u32, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        let st = self.state.get(slot as usize)?;
+        if st.load(Ordering::Acquire) & 1 == 1 {
+            return None;
+        }
+        // SAFETY: slot is in range; it is not loaned, so no consumer holds a
+        // slice of it, and the receive thread is its only writer.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.mem
+                    .as_ptr()
+                    .add(slot as usize * self.slot_size as usize),
+                self.slot_size as usize,
+            )
+        };
+        Some(f(buf))
+    }
+}
+
+impl Slab {
+    /// A pointer to `len` bytes at `offset` inside receiver-owned `slot`, for
+    /// the kernel to receive into (the soft backend's scatter receive), or
+    /// `None` if the range leaves the slot or the slot is loaned. Only the
+    /// receive thread calls this, and it uses the pointer before it loans the
+    /// slot, so the kernel is the region's single writer meanwhile.
+    pub fn receive_region(&self, slot: u32, offset: u32, len: u32) -> Option<NonNull<u8>> {
+        let st = self.state.get(slot as usize)?;
+        if offset.checked_add(len)? > self.slot_size || st.load(Ordering::Acquire) & 1 == 1 {
+            return None;
+        }
+        let at = slot as usize * self.slot_size as usize + offset as usize;
+        // SAFETY: slot < slots and offset + len <= slot_size, so `at` is inside
+        // the allocation (or one past it for len 0 at the very end).
+        NonNull::new(unsafe { self.mem.as_ptr().add(at) })
+    }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout, freed once.
+        unsafe { dealloc(self.mem.as_ptr(), self.layout) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slab_geometry_and_alignment() {
+        let s = Slab::new(9000, 3).unwrap();
+        assert_eq!(s.base_addr() % SLAB_ALIGN as u64, 0);
+        assert_eq!(s.len(), 27000);
+
+        assert!(Slab::new(0, 3).is_err());
+    }
+
+    #[test]
+    fn loan_release_generations() {
+        let s = Slab::new(64, 2).unwrap();
+        s.write_slot(1, |b| b[..3].copy_from_slice(b"abc")).unwrap();
+        let g1 = s.loan(1).unwrap();
+        assert_eq!(s.loan(1), None, "double loan refused");
+        assert!(s.write_slot(1, |_| ()).is_none(), "no writes while loaned");
+        assert_eq!(s.loaned(1, g1, 3).unwrap(), b"abc");
+        assert!(s.loaned(1, g1, 65).is_none());
+        assert!(s.loaned(1, g1 + 1, 3).is_none());
+        assert_eq!(s.loans_outstanding(), 1);
+        assert!(!s.release(1, g1 + 1), "wrong generation");
+        assert!(s.release(1, g1));
+        assert!(!s.release(1, g1), "double release");
+        assert!(s.loaned(1, g1, 3).is_none());
+        let g2 = s.loan(1).unwrap();
+        assert_ne!(g1, g2);
+        assert!(!s.release(1, g1), "stale token");
+        assert!(!s.release(7, 1), "out of range");
+        assert_eq!(s.loan(7), None);
+        assert_eq!(s.loans_outstanding(), 1);
+    }
+}
