@@ -181,12 +181,6 @@ typedef struct rocev2_device rocev2_device;
 typedef struct rocev2_server rocev2_server;
 
 /**
- * Receives library log records (from any thread). Strings are valid only
- * during the call.
- */
-typedef void (*rocev2_log_callback)(void *user_data, rocev2_log_level level, const char *target, const char *message);
-
-/**
  * Which device to open. Fill with `rocev2_device_config_init`, then set `name`.
  */
 typedef struct {
@@ -230,6 +224,43 @@ typedef struct {
    */
   const char *bind_addr;
 } rocev2_device_config;
+
+/**
+ * A received frame on loan. `data` points into the receive slab (zero copy)
+ * and stays valid until `token` is released with rocev2_server_release.
+ */
+typedef struct {
+  /**
+   * Payload (inside the slab).
+   */
+  const uint8_t *data;
+  /**
+   * Payload length in bytes.
+   */
+  uint32_t len;
+  /**
+   * Channel: immediate bits [7:0].
+   */
+  uint32_t channel;
+  /**
+   * The raw immediate value, host byte order (bits [31:8]: FPGA ring position).
+   */
+  uint32_t immediate;
+  /**
+   * Receive slot index.
+   */
+  uint32_t slot;
+  /**
+   * Release token: pass to rocev2_server_release exactly once. Never 0.
+   */
+  uint64_t token;
+} rocev2_frame;
+
+/**
+ * Receives library log records (from any thread). Strings are valid only
+ * during the call.
+ */
+typedef void (*rocev2_log_callback)(void *user_data, rocev2_log_level level, const char *target, const char *message);
 
 /**
  * Server settings. Fill with `rocev2_server_config_init`, then adjust.
@@ -309,37 +340,6 @@ typedef struct {
    */
   uint16_t udp_port;
 } rocev2_host_params;
-
-/**
- * A received frame on loan. `data` points into the receive slab (zero copy)
- * and stays valid until `token` is released with rocev2_server_release.
- */
-typedef struct {
-  /**
-   * Payload (inside the slab).
-   */
-  const uint8_t *data;
-  /**
-   * Payload length in bytes.
-   */
-  uint32_t len;
-  /**
-   * Channel: immediate bits [7:0].
-   */
-  uint32_t channel;
-  /**
-   * The raw immediate value, host byte order (bits [31:8]: FPGA ring position).
-   */
-  uint32_t immediate;
-  /**
-   * Receive slot index.
-   */
-  uint32_t slot;
-  /**
-   * Release token: pass to rocev2_server_release exactly once. Never 0.
-   */
-  uint64_t token;
-} rocev2_frame;
 
 /**
  * Called on the receive thread for every frame. The frame is on loan: release
@@ -512,13 +512,6 @@ const char *rocev2_status_str(int status);
 size_t rocev2_last_error(char *buf, size_t len);
 
 /**
- * Routes library logs to `cb` at `level` and above (ROCEV2_LOG_*); NULL `cb`
- * restores the default: stderr, filtered by RUST_LOG (default warn). Global;
- * `user_data` is passed back unchanged. Thread-safe.
- */
-rocev2_status rocev2_set_log_callback(rocev2_log_callback cb, void *user_data, int level);
-
-/**
  * Fills `cfg` with defaults (port 1, GID index 0, UDP ports 4791, no name,
  * bind 127.0.0.1).
  */
@@ -545,6 +538,48 @@ void rocev2_device_close(rocev2_device *dev);
  * of devices. Returns ROCEV2_ERR_BUFFER_TOO_SMALL if truncated.
  */
 rocev2_status rocev2_list_devices(char *buf, size_t len, size_t *count);
+
+/**
+ * Waits up to `timeout_ms` (-1: forever, 0: no wait) for the next frame when
+ * no callback is registered. ROCEV2_OK fills `*frame` (release its token);
+ * ROCEV2_ERR_TIMEOUT if none arrived; ROCEV2_ERR_STOPPED once the server is
+ * stopped. Thread-safe.
+ */
+rocev2_status rocev2_server_poll_frame(rocev2_server *srv, int32_t timeout_ms, rocev2_frame *frame);
+
+/**
+ * Releases a frame's loan; its slot is re-posted. Exactly once per token,
+ * from any thread, at any time (also inside the callback, after stop, and
+ * after destroy for tokens still outstanding). Never blocks.
+ * ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token.
+ */
+rocev2_status rocev2_server_release(rocev2_server *srv, uint64_t token);
+
+/**
+ * Parses a GID: "0000:0000:0000:0000:0000:ffff:0a00:0001" (ibv_devinfo form),
+ * IPv6 text ("::ffff:10.0.0.1") or an IPv4 address ("10.0.0.1", mapped).
+ * Writes 16 bytes to `out`.
+ */
+rocev2_status rocev2_gid_parse(const char *text, uint8_t *out);
+
+/**
+ * Formats 16 GID bytes in ibv_devinfo form into `buf` (40 bytes needed).
+ */
+rocev2_status rocev2_gid_format(const uint8_t *gid, char *buf, size_t len);
+
+/**
+ * Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
+ * `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
+ * ROCEV2_ERR_NOT_FOUND when none matches.
+ */
+rocev2_status rocev2_detect_gid_index(const char *device, const char *fpga_ip, uint8_t ib_port, const char *sysfs_root, uint32_t *out);
+
+/**
+ * Routes library logs to `cb` at `level` and above (ROCEV2_LOG_*); NULL `cb`
+ * restores the default: stderr, filtered by RUST_LOG (default warn). Global;
+ * `user_data` is passed back unchanged. Thread-safe.
+ */
+rocev2_status rocev2_set_log_callback(rocev2_log_callback cb, void *user_data, int level);
 
 /**
  * Fills `cfg` with defaults (max_payload 9000, rx_queue_depth 256, spin_us 50,
@@ -588,22 +623,6 @@ rocev2_status rocev2_server_set_frame_callback(rocev2_server *srv, rocev2_frame_
 rocev2_status rocev2_server_complete_connection(rocev2_server *srv, uint32_t fpga_qpn, uint32_t fpga_rq_psn, uint32_t pmtu, uint32_t min_rnr_timer);
 
 /**
- * Waits up to `timeout_ms` (-1: forever, 0: no wait) for the next frame when
- * no callback is registered. ROCEV2_OK fills `*frame` (release its token);
- * ROCEV2_ERR_TIMEOUT if none arrived; ROCEV2_ERR_STOPPED once the server is
- * stopped. Thread-safe.
- */
-rocev2_status rocev2_server_poll_frame(rocev2_server *srv, int32_t timeout_ms, rocev2_frame *frame);
-
-/**
- * Releases a frame's loan; its slot is re-posted. Exactly once per token,
- * from any thread, at any time (also inside the callback, after stop, and
- * after destroy for tokens still outstanding). Never blocks.
- * ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token.
- */
-rocev2_status rocev2_server_release(rocev2_server *srv, uint64_t token);
-
-/**
  * Reads the counters (see rocev2_stats for the size protocol).
  */
 rocev2_status rocev2_server_get_stats(const rocev2_server *srv, rocev2_stats *out);
@@ -629,25 +648,6 @@ rocev2_status rocev2_server_stop(rocev2_server *srv);
  * Must not be called from the frame callback.
  */
 void rocev2_server_destroy(rocev2_server *srv);
-
-/**
- * Parses a GID: "0000:0000:0000:0000:0000:ffff:0a00:0001" (ibv_devinfo form),
- * IPv6 text ("::ffff:10.0.0.1") or an IPv4 address ("10.0.0.1", mapped).
- * Writes 16 bytes to `out`.
- */
-rocev2_status rocev2_gid_parse(const char *text, uint8_t *out);
-
-/**
- * Formats 16 GID bytes in ibv_devinfo form into `buf` (40 bytes needed).
- */
-rocev2_status rocev2_gid_format(const uint8_t *gid, char *buf, size_t len);
-
-/**
- * Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
- * `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
- * ROCEV2_ERR_NOT_FOUND when none matches.
- */
-rocev2_status rocev2_detect_gid_index(const char *device, const char *fpga_ip, uint8_t ib_port, const char *sysfs_root, uint32_t *out);
 
 #ifdef __cplusplus
 }  // extern "C"

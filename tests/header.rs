@@ -31,7 +31,10 @@ fn header_is_up_to_date() {
 fn header_declares_every_exported_function() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let header = std::fs::read_to_string(root.join("include/rocev2.h")).unwrap();
-    let src = std::fs::read_to_string(root.join("src/ffi/mod.rs")).unwrap();
+    let mut src = String::new();
+    for f in std::fs::read_dir(root.join("src/ffi")).unwrap() {
+        src += &std::fs::read_to_string(f.unwrap().path()).unwrap();
+    }
     let mut n = 0;
     for line in src.lines() {
         if let Some(rest) = line.split("extern \"C\" fn ").nth(1) {

@@ -3,13 +3,64 @@
 //! "rocev2.Server"), otherwise to stderr through env_logger, filtered by
 //! RUST_LOG (default: warnings and errors).
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::sync::{Once, RwLock};
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
 use once_cell::sync::Lazy;
 
-use super::{rocev2_log_callback, rocev2_log_level};
+use super::guard::{fn_name, guard};
+use super::rocev2_status;
+use crate::error::Error;
+
+/// Log levels for `rocev2_set_log_callback`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum rocev2_log_level {
+    /// No logging.
+    ROCEV2_LOG_OFF = 0,
+    /// Errors.
+    ROCEV2_LOG_ERROR = 1,
+    /// Warnings.
+    ROCEV2_LOG_WARN = 2,
+    /// Informational (connection bring-up, stop).
+    ROCEV2_LOG_INFO = 3,
+    /// Debug.
+    ROCEV2_LOG_DEBUG = 4,
+    /// Per-frame tracing.
+    ROCEV2_LOG_TRACE = 5,
+}
+
+/// Receives library log records (from any thread). Strings are valid only
+/// during the call.
+pub type rocev2_log_callback = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        level: rocev2_log_level,
+        target: *const c_char,
+        message: *const c_char,
+    ),
+>;
+
+/// Routes library logs to `cb` at `level` and above (ROCEV2_LOG_*); NULL `cb`
+/// restores the default: stderr, filtered by RUST_LOG (default warn). Global;
+/// `user_data` is passed back unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn rocev2_set_log_callback(
+    cb: rocev2_log_callback,
+    user_data: *mut c_void,
+    level: c_int,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        let filter = filter_of(level).ok_or_else(|| {
+            Error::invalid(format!(
+                "log level must be 0..5 (ROCEV2_LOG_OFF..TRACE); got {level}"
+            ))
+        })?;
+        set_callback(cb, user_data, filter);
+        Ok(())
+    })
+}
 
 struct Sink {
     cb: rocev2_log_callback,

@@ -1,0 +1,169 @@
+//! Device handles: open, close, list (rogue's `Core`).
+
+// Every exported function has one safety contract, stated in the module docs
+// and in the header: a pointer argument is NULL or valid for its type.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::c_char;
+
+use super::guard::{c_str, copy_out, deref, deref_mut, fn_name, guard, guard_void, BoxHandle};
+use super::{rocev2_status, ROCEV2_ICRC_AUTO};
+use crate::config::{DeviceConfig, IcrcCheck, VerbsConfig};
+use crate::error::{Error, ErrorKind, Result};
+use crate::Device;
+
+/// An open device (rogue's Core). Opaque.
+pub struct rocev2_device {
+    _private: [u8; 0],
+}
+
+impl BoxHandle for rocev2_device {
+    type Rust = Device;
+}
+
+/// Which device to open. Fill with `rocev2_device_config_init`, then set `name`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rocev2_device_config {
+    /// sizeof(rocev2_device_config), set by rocev2_device_config_init.
+    pub struct_size: u32,
+    /// ibverbs port number (default 1).
+    pub ib_port: u8,
+    /// GID table index of the host's RoCE v2 IPv4 GID (default 0; checked when
+    /// a server is created, not at open; see rocev2_detect_gid_index).
+    pub gid_index: u8,
+    /// UDP port for the soft backend (default 4791; 0 = any free port, see
+    /// rocev2_host_params.udp_port).
+    pub udp_port: u16,
+    /// Soft backend: the FPGA's UDP port, where ACKs go (default 4791; 0 =
+    /// reply to each packet's source port).
+    pub peer_udp_port: u16,
+    /// Soft backend: received ICRCs (ROCEV2_ICRC_AUTO, the default: checked
+    /// through raw capture when the process has CAP_NET_RAW, else counted
+    /// unchecked; ROCEV2_ICRC_OFF; ROCEV2_ICRC_REQUIRE: server creation fails
+    /// without CAP_NET_RAW). Was `reserved` (0) before 1.1.
+    pub icrc_check: u16,
+    /// Device name, e.g. "mlx5_0" or "rxe0", or "soft" for the userspace
+    /// backend (NUL-terminated; copied).
+    pub name: *const c_char,
+    /// Local IPv4 address for the soft backend (NULL = 127.0.0.1; copied).
+    pub bind_addr: *const c_char,
+}
+
+/// Fills `cfg` with defaults (port 1, GID index 0, UDP ports 4791, no name,
+/// bind 127.0.0.1).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_device_config_init(
+    cfg: *mut rocev2_device_config,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: non-null cfg points to a caller-owned struct (API contract).
+        let cfg = unsafe { deref_mut(cfg, "cfg") }?;
+        *cfg = rocev2_device_config {
+            struct_size: std::mem::size_of::<rocev2_device_config>() as u32,
+            ib_port: 1,
+            gid_index: 0,
+            udp_port: crate::config::ROCE_UDP_PORT,
+            peer_udp_port: crate::config::ROCE_UDP_PORT,
+            icrc_check: ROCEV2_ICRC_AUTO,
+            name: std::ptr::null(),
+            bind_addr: std::ptr::null(),
+        };
+        Ok(())
+    })
+}
+
+pub(crate) fn check_size(got: u32, want: usize, what: &str) -> Result<()> {
+    if (got as usize) < want {
+        return Err(Error::invalid(format!(
+            "{what}.struct_size is {got}, expected {want}: initialise it with {what}_init"
+        )));
+    }
+    Ok(())
+}
+
+/// Opens a device (rogue's Core): finds it by name, opens it and allocates
+/// its protection domain. Errors: ROCEV2_ERR_NO_DEVICE ("No RDMA devices found
+/// on this host"), ROCEV2_ERR_DEVICE_NOT_FOUND ("RDMA device '<name>' not
+/// found"). The GID index is not checked here. On success `*out` owns the
+/// device: close it with rocev2_device_close (servers keep it alive).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_device_open(
+    cfg: *const rocev2_device_config,
+    out: *mut *mut rocev2_device,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: pointers checked; valid per the API contract when non-null.
+        let out = unsafe { deref_mut(out, "out") }?;
+        *out = std::ptr::null_mut();
+        // SAFETY: as above.
+        let c = unsafe { deref(cfg, "cfg") }?;
+        check_size(
+            c.struct_size,
+            std::mem::size_of::<rocev2_device_config>(),
+            "rocev2_device_config",
+        )?;
+        // SAFETY: NUL-terminated strings per the API contract.
+        let name = unsafe { c_str(c.name, "cfg->name") }?;
+        let dc = match DeviceConfig::by_name(name) {
+            DeviceConfig::Soft(mut soft) => {
+                soft.udp_port = c.udp_port;
+                soft.peer_udp_port = c.peer_udp_port;
+                soft.icrc_check = IcrcCheck::from_code(c.icrc_check as u32)?;
+                if !c.bind_addr.is_null() {
+                    // SAFETY: as above.
+                    soft.bind_addr = unsafe { c_str(c.bind_addr, "cfg->bind_addr") }?.to_string();
+                }
+                DeviceConfig::Soft(soft)
+            }
+            DeviceConfig::Verbs(verbs) => DeviceConfig::Verbs(VerbsConfig {
+                ib_port: c.ib_port,
+                gid_index: c.gid_index,
+                ..verbs
+            }),
+        };
+        let dev = Device::open(&dc)?;
+        *out = rocev2_device::into_raw(dev);
+        Ok(())
+    })
+}
+
+/// Closes a device handle (NULL is ignored). Servers created on it keep the
+/// underlying device open until they are destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_device_close(dev: *mut rocev2_device) {
+    guard_void(fn_name!(), || {
+        // SAFETY: dev is NULL or came from rocev2_device_open, closed once.
+        unsafe { rocev2_device::free(dev) }
+    })
+}
+
+/// Lists the ibverbs devices on this host as a comma-separated string into
+/// `buf` (see rocev2_last_error for the buffer rules); `*count` gets the number
+/// of devices. Returns ROCEV2_ERR_BUFFER_TOO_SMALL if truncated.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_list_devices(
+    buf: *mut c_char,
+    len: usize,
+    count: *mut usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: checked pointer, caller-owned.
+        let count = unsafe { deref_mut(count, "count") }?;
+        #[cfg(feature = "verbs")]
+        let names = crate::verbs::device_names();
+        #[cfg(not(feature = "verbs"))]
+        let names: Vec<String> = Vec::new();
+        *count = names.len();
+        let text = names.join(",");
+        // SAFETY: buf is NULL or has len writable bytes (API contract).
+        let full = unsafe { copy_out(&text, buf, len) };
+        if full >= len {
+            return Err(Error::new(
+                ErrorKind::BufferTooSmall,
+                format!("device list needs {} bytes; got {len}", full + 1),
+            ));
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,105 @@
+//! GID helpers: parse, format, detect the GID index from sysfs.
+
+// Every exported function has one safety contract, stated in the module docs
+// and in the header: a pointer argument is NULL or valid for its type.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::c_char;
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use super::guard::{c_str, copy_out, deref_mut, fn_name, guard, null};
+use super::rocev2_status;
+use crate::error::{Error, ErrorKind};
+use crate::gid::Gid;
+
+/// Parses a GID: "0000:0000:0000:0000:0000:ffff:0a00:0001" (ibv_devinfo form),
+/// IPv6 text ("::ffff:10.0.0.1") or an IPv4 address ("10.0.0.1", mapped).
+/// Writes 16 bytes to `out`.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_gid_parse(text: *const c_char, out: *mut u8) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: NUL-terminated string per the API contract.
+        let t = unsafe { c_str(text, "text") }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let g = Gid::parse(t)?;
+        // SAFETY: out has 16 writable bytes (API contract).
+        unsafe { std::ptr::copy_nonoverlapping(g.0.as_ptr(), out, 16) };
+        Ok(())
+    })
+}
+
+/// Formats 16 GID bytes in ibv_devinfo form into `buf` (40 bytes needed).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_gid_format(
+    gid: *const u8,
+    buf: *mut c_char,
+    len: usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        if gid.is_null() {
+            return Err(null("gid"));
+        }
+        if buf.is_null() {
+            return Err(null("buf"));
+        }
+        // SAFETY: gid has 16 readable bytes (API contract).
+        let g = Gid::from_slice(unsafe { std::slice::from_raw_parts(gid, 16) })?;
+        if len < 40 {
+            return Err(Error::new(
+                ErrorKind::BufferTooSmall,
+                format!("a GID string needs 40 bytes; got {len}"),
+            ));
+        }
+        // SAFETY: buf has len >= 40 writable bytes.
+        unsafe { copy_out(&g.to_string(), buf, len) };
+        Ok(())
+    })
+}
+
+/// Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
+/// `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
+/// ROCEV2_ERR_NOT_FOUND when none matches.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_detect_gid_index(
+    device: *const c_char,
+    fpga_ip: *const c_char,
+    ib_port: u8,
+    sysfs_root: *const c_char,
+    out: *mut u32,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: NUL-terminated strings and a caller-owned out (API contract).
+        let (dev, ip, out) = unsafe {
+            (
+                c_str(device, "device")?,
+                c_str(fpga_ip, "fpga_ip")?,
+                deref_mut(out, "out")?,
+            )
+        };
+        let root = if sysfs_root.is_null() {
+            "/sys"
+        } else {
+            // SAFETY: as above.
+            unsafe { c_str(sysfs_root, "sysfs_root") }?
+        };
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| Error::invalid(format!("fpga_ip {ip:?} is not an IPv4 address")))?;
+        match crate::gid::detect_gid_index(Path::new(root), dev, ip, ib_port) {
+            Some(i) => {
+                *out = i;
+                Ok(())
+            }
+            None => Err(Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "could not auto-detect a RoCE v2 IPv4 GID on {dev} matching {ip}'s subnet — \
+                     pass gidIndex explicitly (see: ibv_devinfo -v -d {dev})"
+                ),
+            )),
+        }
+    })
+}

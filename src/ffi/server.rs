@@ -1,0 +1,437 @@
+//! Server handles: create, connect, host params, callback, stats, stop,
+//! destroy. A handle is one strong count of the server core; each loan
+//! token holds another (see frame.rs), so the slab outlives destroy until
+//! the last token is released.
+
+// Every exported function has one safety contract, stated in the module docs
+// and in the header: a pointer argument is NULL or valid for its type.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+use super::device::{check_size, rocev2_device};
+use super::frame::{rocev2_frame, to_frame};
+use super::guard::{copy_out, deref_mut, fn_name, guard, guard_void, null, ArcHandle, BoxHandle};
+use super::rocev2_status;
+use crate::config::{ConnectParams, ServerConfig};
+use crate::error::{Error, Result};
+use crate::gid::Gid;
+use crate::server::ServerCore;
+use crate::Server;
+
+/// A receive server. Opaque.
+pub struct rocev2_server {
+    _private: [u8; 0],
+}
+
+impl ArcHandle for rocev2_server {
+    type Rust = ServerCore;
+}
+
+/// The server behind a handle.
+pub(crate) fn core_ref<'a>(srv: *const rocev2_server) -> Result<&'a ServerCore> {
+    // SAFETY: a non-null server pointer is, by the API contract, a live handle
+    // from rocev2_server_create.
+    unsafe { rocev2_server::borrow(srv, "server") }
+}
+
+/// A new strong reference to the server core behind `srv`.
+pub(crate) fn core_arc(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
+    // SAFETY: as in core_ref.
+    unsafe { rocev2_server::clone_arc(srv, "server") }
+}
+
+/// Server settings. Fill with `rocev2_server_config_init`, then adjust.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rocev2_server_config {
+    /// sizeof(rocev2_server_config), set by rocev2_server_config_init.
+    pub struct_size: u32,
+    /// Bytes per receive slot, the largest frame (default 9000; 1..2^30).
+    pub max_payload: u32,
+    /// Number of receive slots (default 256; 1..65536; slab < 4 GiB).
+    pub rx_queue_depth: u32,
+    /// Busy-poll budget of the receive thread before it blocks, microseconds (default 50).
+    pub spin_us: u32,
+    /// How long stop waits for a running frame callback before detaching, ms (default 5000).
+    pub stop_timeout_ms: u32,
+    /// CPU to pin the receive thread to, or -1 (default) for none.
+    pub cpu_affinity: i32,
+    /// verbs: 1 = also register the slab with remote-write access so the MR
+    /// has a valid rkey (what rogue reports); the QP still grants no remote
+    /// access. Default 0 (least privilege).
+    pub mr_remote_write: u32,
+}
+
+/// What the FPGA is programmed with (rogue's getters).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct rocev2_host_params {
+    /// Host QP number (24 bits).
+    pub qpn: u32,
+    /// Host receive PSN (rogue getRqPsn).
+    pub rq_psn: u32,
+    /// Host send PSN (rogue getSqPsn). surf programs the FPGA's send PSN with
+    /// this value, so pass it as `fpga_rq_psn` to complete_connection.
+    pub sq_psn: u32,
+    /// MR length in bytes (max_payload * rx_queue_depth, < 2^32).
+    pub mr_len: u32,
+    /// MR (slab) virtual address.
+    pub mr_addr: u64,
+    /// MR rkey (the MR grants no remote access).
+    pub mr_rkey: u32,
+    /// Host GID, raw bytes.
+    pub gid: [u8; 16],
+    /// Host GID as text, "0000:0000:0000:0000:0000:ffff:0a00:0001" (NUL-terminated).
+    pub gid_str: [c_char; 40],
+    /// UDP port the host receives on (4791; the bound port on the soft backend).
+    pub udp_port: u16,
+}
+
+/// Counters. Set `struct_size` to sizeof(rocev2_stats) before the call; the
+/// library fills at most that many bytes and sets it to the bytes written.
+/// Fields documented "soft" stay 0 on the verbs backend.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct rocev2_stats {
+    /// In: size of the caller's struct. Out: bytes written.
+    pub struct_size: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Frames delivered.
+    pub frames: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// Loans released.
+    pub releases: u64,
+    /// Slots re-posted after release.
+    pub reposts: u64,
+    /// Re-post calls (batches).
+    pub repost_batches: u64,
+    /// Times the receive thread blocked waiting.
+    pub parks: u64,
+    /// Completions with an error status.
+    pub completion_errors: u64,
+    /// Flush completions (QP in error; the thread ends).
+    pub flush_errors: u64,
+    /// Completions with zero or oversized length (dropped).
+    pub bad_length: u64,
+    /// Completions that were not a receive with immediate (dropped).
+    pub unexpected_opcode: u64,
+    /// Release calls with an unknown or released token.
+    pub invalid_releases: u64,
+    /// Frame callbacks that panicked (Rust consumers only).
+    pub callback_panics: u64,
+    /// soft: packets received.
+    pub packets_rx: u64,
+    /// soft: packets sent.
+    pub packets_tx: u64,
+    /// soft: ACKs sent.
+    pub acks_tx: u64,
+    /// soft: RNR NAKs sent.
+    pub rnr_naks_tx: u64,
+    /// soft: PSN sequence error NAKs sent.
+    pub seq_naks_tx: u64,
+    /// soft: invalid request NAKs sent.
+    pub invalid_naks_tx: u64,
+    /// soft: duplicate packets.
+    pub duplicates: u64,
+    /// soft: packets ahead of the expected PSN.
+    pub out_of_sequence: u64,
+    /// soft: packets for another QP or from another address.
+    pub foreign_packets: u64,
+    /// soft: malformed packets.
+    pub malformed: u64,
+    /// soft: packets with a bad ICRC.
+    pub icrc_errors: u64,
+    /// soft: packets whose ICRC could not be checked.
+    pub icrc_unchecked: u64,
+    /// Slots on loan right now.
+    pub loans_outstanding: u64,
+    /// soft: packets whose ICRC was verified (raw capture mode). Since 1.1.
+    pub icrc_checked: u64,
+    /// soft: packets received straight into their slot (no copy). Since 1.1.
+    pub payload_direct: u64,
+    /// soft: packets copied into their slot after a missed landing guess
+    /// (loss, reordering, a change of frame size). Since 1.1.
+    pub payload_copied: u64,
+    /// soft: packets the kernel dropped, the receive socket's buffer being
+    /// full (the sender resends them). Since 1.1.
+    pub socket_drops: u64,
+}
+
+/// Called on the receive thread for every frame. The frame is on loan: release
+/// `frame->token` exactly once (here or later, from any thread). Must not
+/// throw or longjmp. May call rocev2_server_stop (not destroy) on its server.
+pub type rocev2_frame_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, frame: *const rocev2_frame)>;
+
+/// Fills `cfg` with defaults (max_payload 9000, rx_queue_depth 256, spin_us 50,
+/// stop_timeout_ms 5000, cpu_affinity -1).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_config_init(
+    cfg: *mut rocev2_server_config,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: checked pointer, caller-owned.
+        let cfg = unsafe { deref_mut(cfg, "cfg") }?;
+        let d = ServerConfig::default();
+        *cfg = rocev2_server_config {
+            struct_size: std::mem::size_of::<rocev2_server_config>() as u32,
+            max_payload: d.max_payload,
+            rx_queue_depth: d.rx_queue_depth,
+            spin_us: d.spin_us,
+            stop_timeout_ms: d.stop_timeout_ms,
+            cpu_affinity: -1,
+            mr_remote_write: 0,
+        };
+        Ok(())
+    })
+}
+
+/// Creates a server on `dev`: allocates the slab, registers it, creates the
+/// CQ and the RC QP (state INIT), queries the GID at the device's GID index
+/// (an all-zero GID is rejected with a message naming index and device) and
+/// draws random 24-bit PSNs. `cfg` NULL means defaults. On success `*out` owns
+/// the server: destroy it with rocev2_server_destroy.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_create(
+    dev: *const rocev2_device,
+    cfg: *const rocev2_server_config,
+    out: *mut *mut rocev2_server,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: checked pointers, valid per the API contract.
+        let out = unsafe { deref_mut(out, "out") }?;
+        *out = std::ptr::null_mut();
+        // Arguments first (so a bad config is reported as such), then the handle.
+        let mut sc = ServerConfig::default();
+        let mut remote_write = false;
+        if !cfg.is_null() {
+            // SAFETY: non-null, caller-owned.
+            let c = unsafe { &*cfg };
+            check_size(
+                c.struct_size,
+                std::mem::size_of::<rocev2_server_config>(),
+                "rocev2_server_config",
+            )?;
+            sc.max_payload = c.max_payload;
+            sc.rx_queue_depth = c.rx_queue_depth;
+            sc.spin_us = c.spin_us;
+            sc.stop_timeout_ms = c.stop_timeout_ms;
+            remote_write = c.mr_remote_write != 0;
+            sc.cpu_affinity = match c.cpu_affinity {
+                -1 => None,
+                n if n >= 0 => Some(n as u32),
+                n => {
+                    return Err(Error::invalid(format!(
+                        "cpu_affinity must be -1 (not pinned) or a CPU number; got {n}"
+                    )))
+                }
+            };
+        }
+        sc.validate()?;
+        // SAFETY: as above (a handle from rocev2_device_open).
+        let dev = unsafe { rocev2_device::borrow(dev, "dev") }?;
+        let core = Server::create_core(&dev.with_mr_remote_write(remote_write), &sc)?;
+        *out = rocev2_server::into_raw(core);
+        Ok(())
+    })
+}
+
+/// Sets the FPGA's GID (16 bytes; IPv4-mapped ::ffff:a.b.c.d, see
+/// rocev2_gid_parse). Before complete_connection.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_set_fpga_gid(
+    srv: *mut rocev2_server,
+    gid: *const u8,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        let core = core_ref(srv)?;
+        if gid.is_null() {
+            return Err(null("gid"));
+        }
+        // SAFETY: gid points to 16 readable bytes (API contract).
+        let raw = unsafe { std::slice::from_raw_parts(gid, 16) };
+        core.set_fpga_gid(Gid::from_slice(raw)?)
+    })
+}
+
+/// Reads the host parameters for programming the FPGA.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_get_host_params(
+    srv: *const rocev2_server,
+    out: *mut rocev2_host_params,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        let core = core_ref(srv)?;
+        // SAFETY: checked pointer, caller-owned.
+        let out = unsafe { deref_mut(out, "out") }?;
+        let h = core.host_params();
+        let mut gid_str = [0 as c_char; 40];
+        let text = h.gid.to_string();
+        // SAFETY: gid_str has 40 writable bytes.
+        unsafe { copy_out(&text, gid_str.as_mut_ptr(), gid_str.len()) };
+        *out = rocev2_host_params {
+            qpn: h.qpn,
+            rq_psn: h.rq_psn,
+            sq_psn: h.sq_psn,
+            mr_len: h.mr_len,
+            mr_addr: h.mr_addr,
+            mr_rkey: h.mr_rkey,
+            gid: h.gid.0,
+            gid_str,
+            udp_port: h.udp_port,
+        };
+        Ok(())
+    })
+}
+
+/// Registers the frame callback (before complete_connection; once). Without
+/// one, frames queue for rocev2_server_poll_frame. `user_data` is passed back.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_set_frame_callback(
+    srv: *mut rocev2_server,
+    cb: rocev2_frame_callback,
+    user_data: *mut c_void,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        let core = core_ref(srv)?;
+        let Some(f) = cb else {
+            return Err(null("cb"));
+        };
+        struct User(*mut c_void);
+        // SAFETY: the host promises user_data may be used from the receive thread.
+        unsafe impl Send for User {}
+        let user = User(user_data);
+        core.set_frame_callback(move |frame| {
+            let fr = to_frame(frame);
+            let u = &user;
+            // SAFETY: host function with the documented signature; fr lives
+            // across the call.
+            unsafe { f(u.0, &fr) };
+        })
+    })
+}
+
+/// Pre-posts every slot, moves the QP INIT->RTR->RTS and starts the receive
+/// thread ("RoCEv2Server"). Once per server. `fpga_rq_psn` is the PSN of the
+/// FPGA's first SEND: pass host_params.sq_psn (surf programs the FPGA with
+/// sq_psn = host SQ PSN). `pmtu` 1..5 (1=256 .. 5=4096), `min_rnr_timer` 0..31
+/// (IBA table 45; 1 = 0.01 ms, 12 = 0.64 ms).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_complete_connection(
+    srv: *mut rocev2_server,
+    fpga_qpn: u32,
+    fpga_rq_psn: u32,
+    pmtu: u32,
+    min_rnr_timer: u32,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        let p = ConnectParams::new(fpga_qpn, fpga_rq_psn, pmtu, min_rnr_timer)?;
+        core_arc(srv)?.complete_connection(&p)
+    })
+}
+
+/// Reads the counters (see rocev2_stats for the size protocol).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_get_stats(
+    srv: *const rocev2_server,
+    out: *mut rocev2_stats,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        let core = core_ref(srv)?;
+        // SAFETY: checked pointer, caller-owned, at least struct_size bytes.
+        let o = unsafe { deref_mut(out, "out") }?;
+        let cap = o.struct_size as usize;
+        if cap < 8 {
+            return Err(Error::invalid(format!(
+                "rocev2_stats.struct_size must be set to sizeof(rocev2_stats); got {cap}"
+            )));
+        }
+        let s = core.stats();
+        let soft = s.soft();
+        let full = rocev2_stats {
+            struct_size: 0,
+            reserved: 0,
+            frames: s.frames,
+            bytes: s.bytes,
+            releases: s.releases,
+            reposts: s.reposts,
+            repost_batches: s.repost_batches,
+            parks: s.parks,
+            completion_errors: s.completion_errors,
+            flush_errors: s.flush_errors,
+            bad_length: s.bad_length,
+            unexpected_opcode: s.unexpected_opcode,
+            invalid_releases: s.invalid_releases,
+            callback_panics: s.callback_panics,
+            packets_rx: soft.packets_rx,
+            packets_tx: soft.packets_tx,
+            acks_tx: soft.acks_tx,
+            rnr_naks_tx: soft.rnr_naks_tx,
+            seq_naks_tx: soft.seq_naks_tx,
+            invalid_naks_tx: soft.invalid_naks_tx,
+            duplicates: soft.duplicates,
+            out_of_sequence: soft.out_of_sequence,
+            foreign_packets: soft.foreign_packets,
+            malformed: soft.malformed,
+            icrc_errors: soft.icrc_errors,
+            icrc_unchecked: soft.icrc_unchecked,
+            loans_outstanding: s.loans_outstanding,
+            icrc_checked: soft.icrc_checked,
+            payload_direct: soft.payload_direct,
+            payload_copied: soft.payload_copied,
+            socket_drops: soft.socket_drops,
+        };
+        let n = cap.min(std::mem::size_of::<rocev2_stats>());
+        // SAFETY: copies n bytes of a plain-data struct into the caller's
+        // struct of at least n bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, out as *mut u8, n);
+        }
+        o.struct_size = n as u32;
+        Ok(())
+    })
+}
+
+/// 1 while the receive thread runs, 0 otherwise (also for NULL).
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_is_running(srv: *const rocev2_server) -> c_int {
+    let mut running = 0;
+    guard_void(fn_name!(), || {
+        if let Ok(core) = core_ref(srv) {
+            running = core.is_running() as c_int;
+        }
+    });
+    running
+}
+
+/// Stops the server: no callback starts after it returns; the receive thread
+/// is joined (detached when called from the callback, or after
+/// stop_timeout_ms when a callback is blocked); frames queued for poll_frame
+/// are released; the QP, CQ and MR are torn down. Loaned frames stay valid
+/// until released. Idempotent.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_status {
+    guard(fn_name!(), || {
+        core_ref(srv)?.stop();
+        Ok(())
+    })
+}
+
+/// Stops (if needed) and releases the handle (NULL is ignored). Slab memory
+/// stays valid until the last outstanding token is released; after destroy
+/// the handle may only be passed to rocev2_server_release for such tokens.
+/// Must not be called from the frame callback.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
+    guard_void(fn_name!(), || {
+        // SAFETY: srv is NULL or the handle from rocev2_server_create,
+        // destroyed once: this takes back the handle's reference.
+        if let Some(core) = unsafe { rocev2_server::take(srv) } {
+            core.stop();
+        }
+    })
+}
