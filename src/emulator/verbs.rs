@@ -19,7 +19,7 @@ use super::pattern;
 use crate::config::Mtu;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
-use crate::verbs::{Cq, Mr, Qp, VerbsDevice};
+use crate::verbs::{wc_status_text, Cq, Mr, Qp, VerbsDevice};
 use crate::wire::MASK_24;
 
 /// What a stream achieved.
@@ -210,25 +210,7 @@ impl VerbsRequester {
                 next += 1;
             }
             let n = self.cq.poll(&mut wcs)?;
-            for wc in &wcs[..n] {
-                let seq = wc.wr_id;
-                if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-                    // SAFETY: static string for any status value.
-                    let what = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(wc.status)) };
-                    return Err(Error::new(
-                        ErrorKind::Device,
-                        format!(
-                            "send of frame {seq} completed with error: {}",
-                            what.to_string_lossy()
-                        ),
-                    ));
-                }
-                // Sends complete in order: this one retires all before it.
-                while outstanding.front().is_some_and(|&s| s <= seq) {
-                    outstanding.pop_front();
-                    done += 1;
-                }
-            }
+            done += retire(&wcs[..n], &mut outstanding)?;
             if n == 0 {
                 idle_polls += 1;
                 if idle_polls < 1000 {
@@ -251,4 +233,28 @@ impl VerbsRequester {
             seconds: t0.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// Retires the sends `wcs` complete (an RC send queue completes in order:
+/// one completion retires every send before it); returns how many. A failed
+/// send is an error naming its frame and status.
+fn retire(wcs: &[ibv_wc], outstanding: &mut VecDeque<u64>) -> Result<u64> {
+    let mut done = 0;
+    for wc in wcs {
+        let seq = wc.wr_id;
+        if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
+            return Err(Error::new(
+                ErrorKind::Device,
+                format!(
+                    "send of frame {seq} completed with error: {}",
+                    wc_status_text(wc.status)
+                ),
+            ));
+        }
+        while outstanding.front().is_some_and(|&s| s <= seq) {
+            outstanding.pop_front();
+            done += 1;
+        }
+    }
+    Ok(done)
 }

@@ -371,6 +371,12 @@ impl UdpIo {
             };
         }
         let got = got as usize;
+        self.read_batch(got, raw, slab)?;
+        Ok(got)
+    }
+
+    /// After recvmmsg: each datagram's length, sender and payload place.
+    fn read_batch(&mut self, got: usize, raw: bool, slab: Option<&Slab>) -> Result<()> {
         for i in 0..got {
             let (len, flags) = (
                 self.msgs[i].msg_len as usize,
@@ -396,7 +402,7 @@ impl UdpIo {
             }
             self.rx[i].read_ip_udp();
         }
-        Ok(got)
+        Ok(())
     }
 
     /// Raw capture: whether datagram `i`'s ICRC is right (`None` when not

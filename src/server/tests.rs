@@ -5,6 +5,7 @@
 
 use super::*;
 use std::collections::VecDeque;
+use std::os::fd::RawFd;
 use std::sync::atomic::AtomicU32;
 use std::sync::mpsc;
 

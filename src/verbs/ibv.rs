@@ -14,6 +14,14 @@ use super::{errno_text, VerbsDevice};
 use crate::error::{Error, Result};
 use crate::wire::MASK_24;
 
+/// libibverbs' text for a work completion status.
+pub(crate) fn wc_status_text(status: ibv_wc_status::Type) -> &'static str {
+    // SAFETY: libibverbs returns a pointer to a static string for any value.
+    unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(status)) }
+        .to_str()
+        .unwrap_or("unknown status")
+}
+
 /// A registered memory region.
 pub(crate) struct Mr {
     raw: NonNull<ibv_mr>,

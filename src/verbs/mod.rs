@@ -25,7 +25,7 @@ use crate::wire::psn;
 
 mod ibv;
 
-pub(crate) use ibv::{CompChannel, Cq, Mr, Qp};
+pub(crate) use ibv::{wc_status_text, CompChannel, Cq, Mr, Qp};
 
 fn errno_text() -> String {
     std::io::Error::last_os_error().to_string()
@@ -488,13 +488,6 @@ impl VerbsBackend {
     fn name(&self) -> &str {
         &self.qp.device().name
     }
-
-    fn status_text(status: ibv_wc_status::Type) -> &'static str {
-        // SAFETY: libibverbs returns a pointer to a static string for any value.
-        unsafe { CStr::from_ptr(ibv_wc_status_str(status)) }
-            .to_str()
-            .unwrap_or("unknown status")
-    }
 }
 
 impl Backend for VerbsBackend {
@@ -606,7 +599,7 @@ impl Backend for VerbsBackend {
                 CompletionKind::Flushed
             } else {
                 CompletionKind::Error {
-                    what: Self::status_text(wc.status),
+                    what: wc_status_text(wc.status),
                 }
             };
             out.push(Completion { slot, kind });

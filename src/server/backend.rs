@@ -1,0 +1,66 @@
+//! The contract between the core and a transport (verbs or soft): the
+//! [`Backend`] trait and what it reports.
+
+use std::os::fd::RawFd;
+
+use super::BackendCounters;
+use crate::config::ConnectParams;
+use crate::error::Result;
+use crate::gid::Gid;
+
+/// Completions taken from the backend per poll.
+pub(crate) const POLL_BATCH: usize = 32;
+
+/// One receive completion reported by a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Completion {
+    /// The slot the payload landed in.
+    pub slot: u32,
+    /// What happened.
+    pub kind: CompletionKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CompletionKind {
+    /// A SEND with immediate of `len` bytes; `imm` in host order.
+    Recv { len: u32, imm: u32 },
+    /// A receive that completed without an immediate or as another opcode.
+    Unexpected { opcode: u32, flags: u32 },
+    /// The QP is in the error state; posted receives are flushed.
+    #[cfg_attr(not(any(feature = "verbs", test)), allow(dead_code))]
+    Flushed,
+    /// Any other error status (`what` names it).
+    #[cfg_attr(not(any(feature = "verbs", test)), allow(dead_code))]
+    Error { what: &'static str },
+}
+
+/// What a backend reports about itself once created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BackendInfo {
+    pub qpn: u32,
+    pub gid: Gid,
+    pub rkey: u32,
+    pub udp_port: u16,
+}
+
+/// A transport: the verbs QP or the soft responder. Used by one thread at a
+/// time (the creator, then the receive thread), so it needs `Send` only.
+pub(crate) trait Backend: Send {
+    /// QPN, GID and rkey (fixed at creation).
+    fn info(&self) -> BackendInfo;
+    /// Posts (or re-posts) receive slots.
+    fn post_recv(&mut self, slots: &[u32]) -> Result<()>;
+    /// Completes the connection (INIT -> RTR -> RTS). Every slot is posted first.
+    fn connect(&mut self, params: &ConnectParams, fpga_gid: Gid, sq_psn: u32) -> Result<()>;
+    /// Appends ready completions to `out` without blocking (at most POLL_BATCH).
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()>;
+    /// Arms the completion notification before blocking (the core polls once
+    /// more after arming, so no completion is missed).
+    fn arm(&mut self) -> Result<()>;
+    /// Blocks until a completion may be ready or `wake_fd` is readable.
+    fn block(&mut self, wake_fd: RawFd) -> Result<()>;
+    /// Where its own counters can be read from any thread (none by default).
+    fn counters(&self) -> BackendCounters {
+        BackendCounters::None
+    }
+}

@@ -1,0 +1,82 @@
+//! A received frame on loan.
+
+use std::sync::Arc;
+
+use super::ServerCore;
+
+/// A received frame on loan: `data()` points into the slab (zero copy). The
+/// slot is re-posted when the frame is dropped (or its token released).
+pub struct Frame {
+    pub(super) core: Arc<ServerCore>,
+    pub(super) slot: u32,
+    pub(super) gen: u32,
+    pub(super) len: u32,
+    pub(super) imm: u32,
+    pub(super) armed: bool,
+}
+
+impl Frame {
+    /// The payload, in place in the receive slab.
+    pub fn data(&self) -> &[u8] {
+        self.core
+            .slab
+            .loaned(self.slot, self.gen, self.len)
+            .unwrap_or(&[])
+    }
+    /// Payload length in bytes.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+    /// True for an empty payload (never delivered: such frames are dropped).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The channel: immediate bits [7:0].
+    pub fn channel(&self) -> u8 {
+        (self.imm & 0xff) as u8
+    }
+    /// The raw immediate value (host order).
+    pub fn immediate(&self) -> u32 {
+        self.imm
+    }
+    /// The FPGA's ring position: immediate bits [31:8].
+    pub fn ring_position(&self) -> u32 {
+        self.imm >> 8
+    }
+    /// The receive slot index (its address is `mr_addr + slot * max_payload`).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+    /// Releases the loan now (the same as dropping the frame).
+    pub fn release(self) {}
+
+    /// Turns the loan into a release token for [`ServerCore::release_token`].
+    /// One strong reference to the core is handed to the token (returned as a
+    /// raw pointer): whoever releases the token must give it back with
+    /// `Arc::decrement_strong_count`. Tokens are never 0.
+    pub(crate) fn into_token(mut self) -> (u64, *const ServerCore) {
+        self.armed = false;
+        let token = ((self.gen as u64) << 32) | self.slot as u64;
+        (token, Arc::into_raw(Arc::clone(&self.core)))
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        if self.armed {
+            // Cannot fail: this frame holds the live loan.
+            let _ = self.core.release_loan(self.slot, self.gen);
+        }
+    }
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame")
+            .field("slot", &self.slot)
+            .field("len", &self.len)
+            .field("channel", &self.channel())
+            .field("imm", &format_args!("{:#010x}", self.imm))
+            .finish()
+    }
+}
