@@ -175,6 +175,37 @@ fn end_to_end_verbs_every_frame_once_in_order() {
 
 #[test]
 #[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn empty_and_immediate_less_sends_are_delivered() {
+    // The kernel's requester sends a 0-byte SEND with immediate and a SEND
+    // without one; the NIC (rxe) ACKs and completes both, so both reach the
+    // consumer.
+    let server = Server::create(
+        &device("rxe0", env_u8("RXE0_GID_IDX")),
+        &server_cfg(8, 4096),
+    )
+    .unwrap();
+    let mut req = requester("rxe1", env_u8("RXE1_GID_IDX"), &server, 4096);
+    connect(&server, req.qpn());
+    let t = Duration::from_secs(30);
+    req.send_one(&[], Some(0x0000_0a05), t).unwrap();
+    let body: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    req.send_one(&body, None, t).unwrap();
+    let f = server.poll_frame(Some(t)).unwrap().unwrap();
+    assert!(f.is_empty(), "{f:?}");
+    assert_eq!(
+        (f.immediate(), f.channel(), f.ring_position()),
+        (Some(0xa05), 5, 0xa)
+    );
+    drop(f);
+    let f = server.poll_frame(Some(t)).unwrap().unwrap();
+    assert_eq!((f.data(), f.immediate()), (&body[..], None));
+    drop(f);
+    let s = server.stats();
+    assert_eq!((s.frames, s.bad_length, s.unexpected_opcode), (2, 0, 0));
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
 fn backpressure_on_real_verbs_loses_nothing() {
     let server = Server::create(
         &device("rxe0", env_u8("RXE0_GID_IDX")),

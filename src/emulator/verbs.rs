@@ -119,7 +119,16 @@ impl VerbsRequester {
         }
     }
 
-    fn post(&mut self, slot: usize, len: usize, imm: u32, seq: u64, signaled: bool) -> Result<()> {
+    /// Posts one SEND of `len` bytes from buffer slot `slot` (with an
+    /// immediate when `imm` is set; 0 bytes: no SGE).
+    fn post(
+        &mut self,
+        slot: usize,
+        len: usize,
+        imm: Option<u32>,
+        seq: u64,
+        signaled: bool,
+    ) -> Result<()> {
         let addr = self.buf.as_ptr() as u64 + (slot * self.slot_size) as u64;
         let mut sge = ibv_sge {
             addr,
@@ -130,14 +139,17 @@ impl VerbsRequester {
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = seq;
         wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+        wr.num_sge = (len > 0) as i32;
+        wr.opcode = match imm {
+            Some(_) => ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
+            None => ibv_wr_opcode::IBV_WR_SEND,
+        };
         wr.send_flags = if signaled {
             ibv_send_flags::IBV_SEND_SIGNALED.0
         } else {
             0
         };
-        wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        wr.imm_data_invalidated_rkey_union.imm_data = imm.unwrap_or(0).to_be();
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: qp live; wr and sge valid for the call (the provider copies them).
         let rc = unsafe { ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
@@ -147,6 +159,41 @@ impl VerbsRequester {
                 self.qp.device().name(),
                 std::io::Error::from_raw_os_error(rc)
             )));
+        }
+        Ok(())
+    }
+
+    /// Sends one message of `data` (any length, 0 included), with an
+    /// immediate or without one (a plain SEND, which surf's engine never
+    /// sends but a generic RC sender may), and waits for its completion.
+    pub fn send_one(&mut self, data: &[u8], imm: Option<u32>, timeout: Duration) -> Result<()> {
+        if data.len() > self.slot_size {
+            return Err(Error::invalid(format!(
+                "message size must be 0..{} (the requester's buffer); got {}",
+                self.slot_size,
+                data.len()
+            )));
+        }
+        let seq = self.sent;
+        let slot = (seq % self.inflight as u64) as usize;
+        let off = slot * self.slot_size;
+        self.buf[off..off + data.len()].copy_from_slice(data);
+        self.post(slot, data.len(), imm, seq, true)?;
+        self.sent += 1;
+        // SAFETY: plain data; zeroed is valid.
+        let mut wcs: Vec<ibv_wc> = (0..4).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut outstanding = VecDeque::from([seq]);
+        let t0 = Instant::now();
+        while !outstanding.is_empty() {
+            let n = self.cq.poll(&mut wcs)?;
+            retire(&wcs[..n], &mut outstanding)?;
+            if t0.elapsed() > timeout {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("the send did not complete within {timeout:?}"),
+                ));
+            }
+            std::thread::yield_now();
         }
         Ok(())
     }
@@ -205,7 +252,7 @@ impl VerbsRequester {
                 let imm = (self.ring << 8) | chans[(next % chans.len() as u64) as usize] as u32;
                 self.ring = (self.ring + 1) & MASK_24;
                 let signaled = (next + 1) % sig_every == 0 || next + 1 == frames;
-                self.post(slot, size, imm, seq, signaled)?;
+                self.post(slot, size, Some(imm), seq, signaled)?;
                 outstanding.push_back(seq);
                 next += 1;
             }

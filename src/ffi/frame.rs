@@ -34,7 +34,12 @@ pub struct rocev2_frame {
 /// Hands a frame's loan to C: its token now holds the frame's reference.
 pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
     let data = f.data().as_ptr();
-    let (len, channel, immediate, slot) = (f.len(), f.channel() as u32, f.immediate(), f.slot());
+    let (len, channel, immediate, slot) = (
+        f.len(),
+        f.channel() as u32,
+        f.immediate().unwrap_or(0),
+        f.slot(),
+    );
     let (token, _core) = f.into_token();
     rocev2_frame {
         data,

@@ -22,9 +22,11 @@ pub(crate) struct Completion {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CompletionKind {
-    /// A SEND with immediate of `len` bytes; `imm` in host order.
-    Recv { len: u32, imm: u32 },
-    /// A receive that completed without an immediate or as another opcode.
+    /// A SEND of `len` bytes (0 allowed); its immediate in host order, when
+    /// the message carried one.
+    Recv { len: u32, imm: Option<u32> },
+    /// A receive that completed as another opcode (e.g. an RDMA WRITE with
+    /// immediate, which this server never grants).
     Unexpected { opcode: u32, flags: u32 },
     /// The QP is in the error state; posted receives are flushed.
     #[cfg_attr(not(any(feature = "verbs", test)), allow(dead_code))]

@@ -46,7 +46,7 @@ impl Backend for RingSource {
                 slot,
                 kind: CompletionKind::Recv {
                     len: self.len,
-                    imm: self.imm,
+                    imm: Some(self.imm),
                 },
             });
         }

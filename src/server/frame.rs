@@ -11,7 +11,7 @@ pub struct Frame {
     pub(super) slot: u32,
     pub(super) gen: u32,
     pub(super) len: u32,
-    pub(super) imm: u32,
+    pub(super) imm: Option<u32>,
     pub(super) armed: bool,
 }
 
@@ -31,17 +31,22 @@ impl Frame {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The channel: immediate bits [7:0].
+    /// The channel: immediate bits [7:0] (0 for a message without one).
     pub fn channel(&self) -> u8 {
-        (self.imm & 0xff) as u8
+        (self.imm.unwrap_or(0) & 0xff) as u8
     }
-    /// The raw immediate value (host order).
-    pub fn immediate(&self) -> u32 {
+    /// The immediate (host order), if the message carried one (surf's engine
+    /// always sends one; a generic RC sender may not).
+    pub fn immediate(&self) -> Option<u32> {
         self.imm
     }
-    /// The FPGA's ring position: immediate bits [31:8].
+    /// True when the message carried an immediate.
+    pub fn has_immediate(&self) -> bool {
+        self.imm.is_some()
+    }
+    /// The FPGA's ring position: immediate bits [31:8] (0 without one).
     pub fn ring_position(&self) -> u32 {
-        self.imm >> 8
+        self.imm.unwrap_or(0) >> 8
     }
     /// The receive slot index (its address is `mr_addr + slot * max_payload`).
     pub fn slot(&self) -> u32 {
@@ -76,7 +81,7 @@ impl std::fmt::Debug for Frame {
             .field("slot", &self.slot)
             .field("len", &self.len)
             .field("channel", &self.channel())
-            .field("imm", &format_args!("{:#010x}", self.imm))
+            .field("imm", &self.imm.map(|i| format!("{i:#010x}")))
             .finish()
     }
 }

@@ -66,7 +66,7 @@ struct PendingFrame {
     slot: u32,
     gen: u32,
     len: u32,
-    imm: u32,
+    imm: Option<u32>,
 }
 
 /// The state shared by the server handle, its receive thread and its loans.

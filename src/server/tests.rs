@@ -59,7 +59,7 @@ impl Backend for MemBackend {
                         .expect("posted slot is writable");
                     CompletionKind::Recv {
                         len: data.len() as u32,
-                        imm,
+                        imm: Some(imm),
                     }
                 }
                 Incoming::Raw(k) => k,
@@ -195,7 +195,7 @@ fn callback_gets_every_frame_in_order_zero_copy() {
         assert_eq!(data, payload(i, 1 + (i as usize % 256)));
         assert_eq!(ch as u32, i % 3);
         assert_eq!(ring, i);
-        assert_eq!(imm, (i << 8) | (i % 3));
+        assert_eq!(imm, Some((i << 8) | (i % 3)));
     }
     wait_until(|| h.core.stats().reposts == 100);
     let s = h.core.stats();
@@ -227,7 +227,7 @@ fn held_loans_stall_the_sender_and_nothing_is_lost() {
     assert_eq!(h.core.stats().loans_outstanding, 4);
     let mut next = 0u32;
     for f in &held {
-        assert_eq!(f.immediate(), next);
+        assert_eq!(f.immediate(), Some(next));
         assert_eq!(f.data(), &payload(next, 64)[..]);
         next += 1;
     }
@@ -235,7 +235,7 @@ fn held_loans_stall_the_sender_and_nothing_is_lost() {
     held.clear();
     while next < 20 {
         let f = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_eq!(f.immediate(), next);
+        assert_eq!(f.immediate(), Some(next));
         assert_eq!(f.data(), &payload(next, 64)[..]);
         next += 1;
     }
@@ -358,8 +358,10 @@ fn misuse_in_the_wrong_state() {
 fn bad_completions_are_counted_and_reposted() {
     let h = Harness::new(2, 64);
     h.connect();
-    h.raw(CompletionKind::Recv { len: 0, imm: 0 });
-    h.raw(CompletionKind::Recv { len: 65, imm: 0 });
+    h.raw(CompletionKind::Recv {
+        len: 65,
+        imm: Some(0),
+    });
     h.raw(CompletionKind::Error {
         what: "remote access error",
     });
@@ -382,8 +384,42 @@ fn bad_completions_are_counted_and_reposted() {
             s.unexpected_opcode,
             s.frames
         ),
-        (2, 1, 1, 1)
+        (1, 1, 1, 1)
     );
+}
+
+#[test]
+fn empty_and_immediate_less_messages_are_delivered() {
+    // What the sender saw ACKed reaches the consumer: a 0-byte message is a
+    // loan like any other, and a message without an immediate says so.
+    let h = Harness::new(4, 64);
+    h.connect();
+    h.raw(CompletionKind::Recv {
+        len: 0,
+        imm: Some(0x0102_0304),
+    });
+    h.raw(CompletionKind::Recv { len: 0, imm: None });
+    h.send(b"after", 9);
+    let next = || {
+        h.core
+            .poll_frame(Some(Duration::from_secs(10)))
+            .unwrap()
+            .unwrap()
+    };
+    let f = next();
+    assert!(f.is_empty() && f.data().is_empty());
+    assert_eq!((f.immediate(), f.channel()), (Some(0x0102_0304), 4));
+    drop(f);
+    let f = next();
+    assert!(f.is_empty() && !f.has_immediate());
+    assert_eq!(
+        (f.immediate(), f.channel(), f.ring_position()),
+        (None, 0, 0)
+    );
+    drop(f);
+    assert_eq!(next().data(), b"after");
+    let s = h.core.stats();
+    assert_eq!((s.frames, s.bad_length, s.unexpected_opcode), (3, 0, 0));
 }
 
 #[test]
@@ -408,10 +444,10 @@ fn callback_panic_is_counted_and_the_thread_survives() {
     let (tx, rx) = mpsc::channel();
     h.core
         .set_frame_callback(move |f| {
-            if f.immediate() == 1 {
+            if f.immediate() == Some(1) {
                 panic!("consumer bug");
             }
-            tx.send(f.immediate()).unwrap();
+            tx.send(f.immediate().unwrap()).unwrap();
         })
         .unwrap();
     h.connect();

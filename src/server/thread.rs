@@ -198,7 +198,7 @@ impl ServerCore {
                     continue;
                 }
             };
-            if len == 0 || len > self.slab.slot_size() {
+            if len > self.slab.slot_size() {
                 self.counters.bad_length.fetch_add(1, Ordering::Relaxed);
                 log::warn!("Bad payload len={len} (slot={}); re-posting", c.slot);
                 repost.push(c.slot);
@@ -214,7 +214,7 @@ impl ServerCore {
         self: &Arc<Self>,
         slot: u32,
         len: u32,
-        imm: u32,
+        imm: Option<u32>,
         callback: &mut Option<FrameCallback>,
     ) -> Result<()> {
         let Some(gen) = self.slab.loan(slot) else {
@@ -225,7 +225,7 @@ impl ServerCore {
         };
         self.counters.frames.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
-        log::trace!("RX slot={slot} channel={} len={len}", imm & 0xff);
+        log::trace!("RX slot={slot} imm={imm:?} len={len}");
         let Some(cb) = callback else {
             self.pull
                 .lock()

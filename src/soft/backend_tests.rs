@@ -121,6 +121,9 @@ impl Rig {
         out
     }
     fn check(&self, c: &Completion, want: &[u8], imm: u32) {
+        self.check_opt(c, want, Some(imm))
+    }
+    fn check_opt(&self, c: &Completion, want: &[u8], imm: Option<u32>) {
         assert_eq!(
             c.kind,
             CompletionKind::Recv {
@@ -155,6 +158,27 @@ fn single_packet_frames_land_in_their_slots_without_a_copy() {
         r.check(c, f, k as u32);
     }
     assert_eq!(r.counts(), (6, 0));
+}
+
+#[test]
+fn empty_and_immediate_less_messages_complete_as_acked() {
+    // What an RC sender sees ACKed completes: a 0-byte SEND_ONLY_WITH_IMM, a
+    // SEND_ONLY without immediate, FIRST..LAST without immediate (pmtu 256).
+    let mut r = rig(8, 4096, 1);
+    let (p0, p1, p2) = (r.psn, wire::psn::add(r.psn, 1), wire::psn::add(r.psn, 2));
+    r.send_at(Opcode::SendOnlyImm, p0, Some(0x77), &[]);
+    let one = payload(1, 100);
+    r.send_at(Opcode::SendOnly, p1, None, &one);
+    let two = payload(2, 300);
+    r.send_at(Opcode::SendFirst, p2, None, &two[..256]);
+    r.send_at(Opcode::SendLast, wire::psn::add(p2, 1), None, &two[256..]);
+    r.psn = wire::psn::add(p2, 2);
+    let done = r.poll(3);
+    r.check_opt(&done[0], &[], Some(0x77));
+    r.check_opt(&done[1], &one, None);
+    r.check_opt(&done[2], &two, None);
+    let s = r.counters.snapshot();
+    assert_eq!((s.invalid_naks_tx, s.malformed), (0, 0), "{s:?}");
 }
 
 #[test]
@@ -456,7 +480,7 @@ mod differential {
             prop_assert_eq!(got.len(), want.len());
             for (c, (slot, bytes, imm)) in got.iter().zip(&want) {
                 prop_assert_eq!(c.slot, *slot);
-                prop_assert_eq!(c.kind, CompletionKind::Recv { len: bytes.len() as u32, imm: *imm });
+                prop_assert_eq!(c.kind, CompletionKind::Recv { len: bytes.len() as u32, imm: Some(*imm) });
                 let have = r.slab.write_slot(c.slot, |b| b[..bytes.len()].to_vec()).unwrap();
                 prop_assert!(&have == bytes, "slot {} bytes differ", c.slot);
             }

@@ -265,12 +265,9 @@ impl SoftBackend {
                 let head = req.bth.opcode.header_len() as u32;
                 self.planner.learn(offset, head, done.is_some());
                 if let Some(d) = done {
-                    let kind = match d.imm {
-                        Some(imm) => CompletionKind::Recv { len: d.len, imm },
-                        None => CompletionKind::Unexpected {
-                            opcode: 0,
-                            flags: 0,
-                        },
+                    let kind = CompletionKind::Recv {
+                        len: d.len,
+                        imm: d.imm,
                     };
                     out.push(Completion { slot: d.slot, kind });
                 }

@@ -579,12 +579,12 @@ impl Backend for VerbsBackend {
                 continue;
             }
             let kind = if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
-                if wc.opcode == ibv_wc_opcode::IBV_WC_RECV
-                    && wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0
-                {
-                    // SAFETY: WITH_IMM set: the union holds the immediate
-                    // (network byte order).
-                    let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+                if wc.opcode == ibv_wc_opcode::IBV_WC_RECV {
+                    let imm = (wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0).then(|| {
+                        // SAFETY: WITH_IMM set: the union holds the immediate
+                        // (network byte order).
+                        u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data })
+                    });
                     CompletionKind::Recv {
                         len: wc.byte_len,
                         imm,
