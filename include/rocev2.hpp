@@ -72,7 +72,7 @@ class Device {
   public:
     explicit Device(const std::string& name, uint8_t ib_port = 1, uint8_t gid_index = 0) {
         rocev2_device_config cfg;
-        check(rocev2_device_config_init(&cfg));
+        check(rocev2_device_config_init(&cfg, sizeof cfg));
         cfg.name = name.c_str();
         cfg.ib_port = ib_port;
         cfg.gid_index = gid_index;
@@ -119,6 +119,9 @@ class Frame {
     std::size_t size() const noexcept { return f_.len; }
     uint8_t channel() const noexcept { return static_cast<uint8_t>(f_.channel); }
     uint32_t immediate() const noexcept { return f_.immediate; }
+    /// False for a message sent without an immediate (then channel() and
+    /// immediate() are 0).
+    bool has_immediate() const noexcept { return (f_.flags & ROCEV2_FRAME_HAS_IMMEDIATE) != 0; }
     uint32_t ring_position() const noexcept { return f_.immediate >> 8; }
     uint32_t slot() const noexcept { return f_.slot; }
     /// Gives up ownership: the caller must pass the token to rocev2_server_release.
@@ -140,7 +143,7 @@ class Frame {
 /// Server settings with the library's defaults.
 inline rocev2_server_config default_server_config() {
     rocev2_server_config c;
-    check(rocev2_server_config_init(&c));
+    check(rocev2_server_config_init(&c, sizeof c));
     return c;
 }
 
@@ -162,7 +165,8 @@ class Server {
     void set_fpga_gid(const Gid& gid) { check(rocev2_server_set_fpga_gid(srv_, gid.data())); }
 
     rocev2_host_params host_params() const {
-        rocev2_host_params p;
+        rocev2_host_params p{};
+        p.struct_size = sizeof p;
         check(rocev2_server_get_host_params(srv_, &p));
         return p;
     }
@@ -175,7 +179,7 @@ class Server {
     /// freed std::function.
     void on_frame(Callback cb) {
         auto state = std::make_unique<CallbackState>(CallbackState{srv_, std::move(cb)});
-        check(rocev2_server_set_frame_callback(srv_, &Server::trampoline, state.get()));
+        check(rocev2_server_register_frame_callback(srv_, &Server::trampoline, state.get()));
         cb_ = std::move(state);
     }
 
@@ -187,7 +191,8 @@ class Server {
 
     /// The next frame (pull API, no callback registered), or nothing on timeout.
     std::optional<Frame> poll(std::chrono::milliseconds timeout) {
-        rocev2_frame f;
+        rocev2_frame f{};
+        f.struct_size = sizeof f;
         rocev2_status s = rocev2_server_poll_frame(srv_, static_cast<int32_t>(timeout.count()), &f);
         if (s == ROCEV2_ERR_TIMEOUT) return std::nullopt;
         check(s);

@@ -63,7 +63,7 @@ use server::ServerCore;
 /// Crate version (also the C library's version string).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Version of the C ABI; bumped on any incompatible change.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// An open device (rogue's `Core`): an ibverbs device with its protection
 /// domain, or the soft backend's bind address.

@@ -30,7 +30,10 @@ struct Soft {
 fn soft(depth: u32) -> Soft {
     unsafe {
         let mut dc: rocev2_device_config = std::mem::zeroed();
-        assert_eq!(rocev2_device_config_init(&mut dc), rocev2_status::ROCEV2_OK);
+        assert_eq!(
+            rocev2_device_config_init(&mut dc, std::mem::size_of_val(&dc)),
+            rocev2_status::ROCEV2_OK
+        );
         let name = CString::new("soft").unwrap();
         dc.name = name.as_ptr();
         dc.udp_port = 0;
@@ -38,7 +41,7 @@ fn soft(depth: u32) -> Soft {
         let mut dev = ptr::null_mut();
         assert_eq!(rocev2_device_open(&dc, &mut dev), rocev2_status::ROCEV2_OK);
         let mut sc: rocev2_server_config = std::mem::zeroed();
-        rocev2_server_config_init(&mut sc);
+        rocev2_server_config_init(&mut sc, std::mem::size_of_val(&sc));
         sc.max_payload = 1024;
         sc.rx_queue_depth = depth;
         sc.stop_timeout_ms = 300;
@@ -53,6 +56,7 @@ fn soft(depth: u32) -> Soft {
             rocev2_status::ROCEV2_OK
         );
         let mut hp: rocev2_host_params = std::mem::zeroed();
+        hp.struct_size = std::mem::size_of_val(&hp) as u32;
         assert_eq!(
             rocev2_server_get_host_params(srv, &mut hp),
             rocev2_status::ROCEV2_OK
@@ -99,6 +103,7 @@ fn wrong_state_calls_and_double_stop() {
     use rocev2_status::*;
     let s = soft(4);
     let mut fr: rocev2_frame = unsafe { std::mem::zeroed() };
+    fr.struct_size = std::mem::size_of_val(&fr) as u32;
     unsafe {
         // Before the connection: no frame, no thread.
         assert_eq!(
@@ -126,6 +131,7 @@ fn wrong_state_calls_and_double_stop() {
             ROCEV2_ERR_UNKNOWN_TOKEN
         );
         let mut st: rocev2_stats = std::mem::zeroed();
+        st.struct_size = std::mem::size_of_val(&st) as u32;
         st.struct_size = std::mem::size_of::<rocev2_stats>() as u32;
         assert_eq!(rocev2_server_get_stats(s.srv, &mut st), ROCEV2_OK);
         assert_eq!(st.invalid_releases, 1);
@@ -161,7 +167,7 @@ fn stop_from_inside_the_callback_and_release_twice() {
     let s = soft(8);
     unsafe {
         assert_eq!(
-            rocev2_server_set_frame_callback(s.srv, Some(stop_inside), s.srv as *mut c_void),
+            rocev2_server_register_frame_callback(s.srv, Some(stop_inside), s.srv as *mut c_void),
             rocev2_status::ROCEV2_OK
         );
     }
@@ -189,7 +195,7 @@ fn destroy_from_another_thread_while_frames_flow() {
     let _serial = serial();
     let s = soft(32);
     unsafe {
-        rocev2_server_set_frame_callback(s.srv, Some(count_and_release), s.srv as *mut c_void)
+        rocev2_server_register_frame_callback(s.srv, Some(count_and_release), s.srv as *mut c_void)
     };
     assert_eq!(connect(&s), rocev2_status::ROCEV2_OK);
     let mut emu = emulator(&s);

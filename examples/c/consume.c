@@ -18,14 +18,14 @@ int main(int argc, char** argv) {
     }
     long n = atol(argv[2]), size = atol(argv[3]);
     rocev2_device_config dc;
-    rocev2_device_config_init(&dc);
+    rocev2_device_config_init(&dc, sizeof dc);
     dc.name = "soft";
     dc.udp_port = 0;
     dc.peer_udp_port = 0;
     rocev2_device* dev;
     rocev2_server* srv;
     rocev2_server_config sc;
-    rocev2_server_config_init(&sc);
+    rocev2_server_config_init(&sc, sizeof sc);
     sc.max_payload = (uint32_t)size;
     if (rocev2_device_open(&dc, &dev) || rocev2_server_create(dev, &sc, &srv)) {
         char m[256];
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     uint8_t gid[16];
     rocev2_gid_parse("127.0.0.1", gid);
     rocev2_server_set_fpga_gid(srv, gid);
-    rocev2_host_params hp;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     rocev2_server_get_host_params(srv, &hp);
     rocev2_server_complete_connection(srv, 0x4242, hp.sq_psn, 5, 1);
     char cmd[512];
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
              argv[1], hp.udp_port, hp.qpn, hp.sq_psn, n, size);
     if (system(cmd) != 0) return 1;
     struct timespec t0, t1;
-    rocev2_frame f;
+    rocev2_frame f = {.struct_size = sizeof f};
     long got = 0;
     if (rocev2_server_poll_frame(srv, 10000, &f) == ROCEV2_OK) {  // the clock starts at the first frame
         clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -31,7 +31,7 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
     let (depth, payload, calls) = input;
     unsafe {
         let mut dc: rocev2_device_config = std::mem::zeroed();
-        rocev2_device_config_init(&mut dc);
+        rocev2_device_config_init(&mut dc, std::mem::size_of_val(&dc));
         let name = CString::new("soft").unwrap();
         dc.name = name.as_ptr();
         dc.udp_port = 0;
@@ -45,7 +45,7 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
             return;
         }
         let mut sc: rocev2_server_config = std::mem::zeroed();
-        rocev2_server_config_init(&mut sc);
+        rocev2_server_config_init(&mut sc, std::mem::size_of_val(&sc));
         sc.rx_queue_depth = (depth % 40) as u32;
         sc.max_payload = (payload % 9000) as u32;
         sc.spin_us = 0;
@@ -55,6 +55,7 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
             return;
         }
         let mut hp: rocev2_host_params = std::mem::zeroed();
+        hp.struct_size = std::mem::size_of_val(&hp) as u32;
         rocev2_server_get_host_params(srv, &mut hp);
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut frames: Vec<u64> = Vec::new();
@@ -79,6 +80,7 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
                 }
                 Call::Poll => {
                     let mut f: rocev2_frame = std::mem::zeroed();
+                    f.struct_size = std::mem::size_of_val(&f) as u32;
                     if rocev2_server_poll_frame(srv, 0, &mut f) == rocev2_status::ROCEV2_OK {
                         frames.push(f.token);
                     }
@@ -94,6 +96,7 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
                 }
                 Call::Stats(n) => {
                     let mut st: rocev2_stats = std::mem::zeroed();
+                    st.struct_size = std::mem::size_of_val(&st) as u32;
                     st.struct_size = n as u32 * 4;
                     rocev2_server_get_stats(srv, &mut st);
                 }

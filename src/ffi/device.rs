@@ -6,10 +6,13 @@
 
 use std::ffi::c_char;
 
-use super::guard::{c_str, copy_out, deref, deref_mut, fn_name, guard, guard_void, BoxHandle};
+use super::guard::{
+    c_str, copy_out, deref_mut, fn_name, guard, guard_void, init_sized, read_sized, BoxHandle,
+    Sized2,
+};
 use super::{rocev2_status, ROCEV2_ICRC_AUTO};
 use crate::config::{DeviceConfig, IcrcCheck, VerbsConfig};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind};
 use crate::Device;
 
 /// An open device (rogue's Core). Opaque.
@@ -21,16 +24,17 @@ impl BoxHandle for rocev2_device {
     type Rust = Device;
 }
 
-/// Which device to open. Fill with `rocev2_device_config_init`, then set `name`.
+/// Which device to open. Fill with `rocev2_device_config_init(&cfg,
+/// sizeof cfg)`, then set `name`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rocev2_device_config {
-    /// sizeof(rocev2_device_config), set by rocev2_device_config_init.
+    /// The caller's sizeof(rocev2_device_config), set by rocev2_device_config_init.
     pub struct_size: u32,
     /// ibverbs port number (default 1).
     pub ib_port: u8,
     /// GID table index of the host's RoCE v2 IPv4 GID (default 0; checked when
-    /// a server is created, not at open; see rocev2_detect_gid_index).
+    /// a server is created, not at open; see rocev2_gid_detect_index).
     pub gid_index: u8,
     /// UDP port for the soft backend (default 4791; 0 = any free port, see
     /// rocev2_host_params.udp_port).
@@ -50,16 +54,16 @@ pub struct rocev2_device_config {
     pub bind_addr: *const c_char,
 }
 
-/// Fills `cfg` with defaults (port 1, GID index 0, UDP ports 4791, no name,
-/// bind 127.0.0.1).
-#[no_mangle]
-pub unsafe extern "C" fn rocev2_device_config_init(
-    cfg: *mut rocev2_device_config,
-) -> rocev2_status {
-    guard(fn_name!(), || {
-        // SAFETY: non-null cfg points to a caller-owned struct (API contract).
-        let cfg = unsafe { deref_mut(cfg, "cfg") }?;
-        *cfg = rocev2_device_config {
+// SAFETY: #[repr(C)], starts with u32 struct_size; plain data (the string
+// pointers are only read through c_str, which checks them).
+unsafe impl Sized2 for rocev2_device_config {
+    const NAME: &'static str = "rocev2_device_config";
+    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_device_config>();
+}
+
+impl Default for rocev2_device_config {
+    fn default() -> Self {
+        rocev2_device_config {
             struct_size: std::mem::size_of::<rocev2_device_config>() as u32,
             ib_port: 1,
             gid_index: 0,
@@ -68,25 +72,37 @@ pub unsafe extern "C" fn rocev2_device_config_init(
             icrc_check: ROCEV2_ICRC_AUTO,
             name: std::ptr::null(),
             bind_addr: std::ptr::null(),
-        };
-        Ok(())
-    })
+        }
+    }
 }
 
-pub(crate) fn check_size(got: u32, want: usize, what: &str) -> Result<()> {
-    if (got as usize) < want {
-        return Err(Error::invalid(format!(
-            "{what}.struct_size is {got}, expected {want}: initialise it with {what}_init"
-        )));
-    }
-    Ok(())
+/// Fills `cfg` (`size` = the caller's `sizeof(rocev2_device_config)`) with
+/// defaults: port 1, GID index 0, UDP ports 4791, ICRC check auto, no name,
+/// bind 127.0.0.1. Writes exactly `size` bytes (zero beyond the fields this
+/// library knows) and sets `struct_size` to `size`.
+///
+/// Thread safety: any thread; `cfg` is the caller's.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_device_config_init(
+    cfg: *mut rocev2_device_config,
+    size: usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: cfg is NULL or has `size` writable bytes (API contract).
+        unsafe { init_sized(cfg, size, rocev2_device_config::default()) }
+    })
 }
 
 /// Opens a device (rogue's Core): finds it by name, opens it and allocates
 /// its protection domain. Errors: ROCEV2_ERR_NO_DEVICE ("No RDMA devices found
 /// on this host"), ROCEV2_ERR_DEVICE_NOT_FOUND ("RDMA device '<name>' not
-/// found"). The GID index is not checked here. On success `*out` owns the
-/// device: close it with rocev2_device_close (servers keep it alive).
+/// found"). The GID index is not checked here. `cfg->struct_size` may be
+/// any size from the ABI-2 one up (a larger struct's unknown tail must be
+/// zero). On success `*out` owns the device: close it with
+/// rocev2_device_close (servers keep it alive). Open/close (not
+/// create/destroy): a device exists before and after; a server is created.
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_device_open(
     cfg: *const rocev2_device_config,
@@ -96,13 +112,8 @@ pub unsafe extern "C" fn rocev2_device_open(
         // SAFETY: pointers checked; valid per the API contract when non-null.
         let out = unsafe { deref_mut(out, "out") }?;
         *out = std::ptr::null_mut();
-        // SAFETY: as above.
-        let c = unsafe { deref(cfg, "cfg") }?;
-        check_size(
-            c.struct_size,
-            std::mem::size_of::<rocev2_device_config>(),
-            "rocev2_device_config",
-        )?;
+        // SAFETY: cfg is NULL or has struct_size readable bytes (API contract).
+        let c = unsafe { read_sized(cfg, rocev2_device_config::default(), "cfg") }?;
         // SAFETY: NUL-terminated strings per the API contract.
         let name = unsafe { c_str(c.name, "cfg->name") }?;
         let dc = match DeviceConfig::by_name(name) {
@@ -130,6 +141,9 @@ pub unsafe extern "C" fn rocev2_device_open(
 
 /// Closes a device handle (NULL is ignored). Servers created on it keep the
 /// underlying device open until they are destroyed.
+///
+/// Thread safety: any thread, once per handle, not concurrently with another
+/// call on the same handle.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_device_close(dev: *mut rocev2_device) {
     guard_void(fn_name!(), || {
@@ -140,9 +154,12 @@ pub unsafe extern "C" fn rocev2_device_close(dev: *mut rocev2_device) {
 
 /// Lists the ibverbs devices on this host as a comma-separated string into
 /// `buf` (see rocev2_last_error for the buffer rules); `*count` gets the number
-/// of devices. Returns ROCEV2_ERR_BUFFER_TOO_SMALL if truncated.
+/// of devices. Returns ROCEV2_ERR_BUFFER_TOO_SMALL if truncated. The caller
+/// owns `buf`. (rocev2_list_devices before ABI 2.)
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
-pub unsafe extern "C" fn rocev2_list_devices(
+pub unsafe extern "C" fn rocev2_device_list(
     buf: *mut c_char,
     len: usize,
     count: *mut usize,

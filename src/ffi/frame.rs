@@ -6,29 +6,46 @@
 
 use std::time::Duration;
 
-use super::guard::{deref_mut, fn_name, guard, ArcHandle};
+use super::guard::{fn_name, guard, null, write_sized, ArcHandle, Sized2};
 use super::rocev2_status;
 use super::server::{core_arc, core_ref, rocev2_server};
 use crate::error::{Error, ErrorKind};
 use crate::server::Frame;
 
+/// `rocev2_frame.flags`: the message carried an immediate (`channel` and
+/// `immediate` are valid; surf's engine always sends one).
+pub const ROCEV2_FRAME_HAS_IMMEDIATE: u32 = 1;
+
 /// A received frame on loan. `data` points into the receive slab (zero copy)
-/// and stays valid until `token` is released with rocev2_server_release.
+/// and stays valid until `token` is released with rocev2_server_release. A
+/// frame may be empty (`len` 0: a 0-byte message is a loan like any other).
+/// For rocev2_server_poll_frame set `struct_size` to sizeof(rocev2_frame).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rocev2_frame {
+    /// In (poll_frame): the caller's sizeof(rocev2_frame). Out: bytes written.
+    pub struct_size: u32,
+    /// ROCEV2_FRAME_* bits.
+    pub flags: u32,
     /// Payload (inside the slab).
     pub data: *const u8,
     /// Payload length in bytes.
     pub len: u32,
-    /// Channel: immediate bits [7:0].
+    /// Channel: immediate bits \[7:0\] (0 without an immediate).
     pub channel: u32,
-    /// The raw immediate value, host byte order (bits [31:8]: FPGA ring position).
+    /// The raw immediate value, host byte order (bits \[31:8\]: FPGA ring
+    /// position; 0 without an immediate, see `flags`).
     pub immediate: u32,
     /// Receive slot index.
     pub slot: u32,
     /// Release token: pass to rocev2_server_release exactly once. Never 0.
     pub token: u64,
+}
+
+// SAFETY: #[repr(C)], starts with u32 struct_size, plain data.
+unsafe impl Sized2 for rocev2_frame {
+    const NAME: &'static str = "rocev2_frame";
+    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_frame>();
 }
 
 /// Hands a frame's loan to C: its token now holds the frame's reference.
@@ -40,8 +57,15 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
         f.immediate().unwrap_or(0),
         f.slot(),
     );
+    let flags = if f.has_immediate() {
+        ROCEV2_FRAME_HAS_IMMEDIATE
+    } else {
+        0
+    };
     let (token, _core) = f.into_token();
     rocev2_frame {
+        struct_size: std::mem::size_of::<rocev2_frame>() as u32,
+        flags,
         data,
         len,
         channel,
@@ -54,7 +78,12 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
 /// Waits up to `timeout_ms` (-1: forever, 0: no wait) for the next frame when
 /// no callback is registered. ROCEV2_OK fills `*frame` (release its token);
 /// ROCEV2_ERR_TIMEOUT if none arrived; ROCEV2_ERR_STOPPED once the server is
-/// stopped. Thread-safe.
+/// stopped. `frame->struct_size` must be at least the ABI-2
+/// sizeof(rocev2_frame) (the token must fit), checked before any frame is
+/// taken.
+///
+/// Thread safety: any thread, concurrently with any call but destroy
+/// (several threads may poll; each frame goes to one of them).
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_poll_frame(
     srv: *mut rocev2_server,
@@ -62,8 +91,17 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
     frame: *mut rocev2_frame,
 ) -> rocev2_status {
     guard(fn_name!(), || {
-        // SAFETY: checked pointer, caller-owned.
-        let frame = unsafe { deref_mut(frame, "frame") }?;
+        if frame.is_null() {
+            return Err(null("frame"));
+        }
+        // SAFETY: frame is non-null and starts with the caller's struct_size.
+        let size = unsafe { std::ptr::read_unaligned(frame as *const u32) } as usize;
+        if size < rocev2_frame::FIRST_SIZE {
+            return Err(Error::invalid(format!(
+                "frame->struct_size is {size}; valid: {} or more: set it to sizeof(rocev2_frame)",
+                rocev2_frame::FIRST_SIZE
+            )));
+        }
         let core = core_arc(srv)?;
         let timeout = match timeout_ms {
             -1 => None,
@@ -75,10 +113,8 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
             }
         };
         match core.poll_frame(timeout)? {
-            Some(f) => {
-                *frame = to_frame(f);
-                Ok(())
-            }
+            // SAFETY: frame has struct_size (>= ours) writable bytes.
+            Some(f) => unsafe { write_sized(frame, to_frame(f), "frame") },
             None => Err(Error::new(
                 ErrorKind::Timeout,
                 format!("no frame within {timeout_ms} ms"),
@@ -91,6 +127,9 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
 /// from any thread, at any time (also inside the callback, after stop, and
 /// after destroy for tokens still outstanding). Never blocks.
 /// ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token.
+///
+/// Thread safety: any thread, concurrently with any call (destroy included:
+/// the token keeps the server's memory alive).
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_release(
     srv: *mut rocev2_server,

@@ -15,7 +15,9 @@ use crate::gid::Gid;
 
 /// Parses a GID: "0000:0000:0000:0000:0000:ffff:0a00:0001" (ibv_devinfo form),
 /// IPv6 text ("::ffff:10.0.0.1") or an IPv4 address ("10.0.0.1", mapped).
-/// Writes 16 bytes to `out`.
+/// Writes 16 bytes to `out` (the caller's).
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_gid_parse(text: *const c_char, out: *mut u8) -> rocev2_status {
     guard(fn_name!(), || {
@@ -31,7 +33,10 @@ pub unsafe extern "C" fn rocev2_gid_parse(text: *const c_char, out: *mut u8) -> 
     })
 }
 
-/// Formats 16 GID bytes in ibv_devinfo form into `buf` (40 bytes needed).
+/// Formats 16 GID bytes in ibv_devinfo form into `buf` (40 bytes needed; the
+/// caller's).
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_gid_format(
     gid: *const u8,
@@ -61,9 +66,12 @@ pub unsafe extern "C" fn rocev2_gid_format(
 
 /// Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
 /// `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
-/// ROCEV2_ERR_NOT_FOUND when none matches.
+/// ROCEV2_ERR_NOT_FOUND when none matches. (rocev2_detect_gid_index before
+/// ABI 2.)
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
-pub unsafe extern "C" fn rocev2_detect_gid_index(
+pub unsafe extern "C" fn rocev2_gid_detect_index(
     device: *const c_char,
     fpga_ip: *const c_char,
     ib_port: u8,

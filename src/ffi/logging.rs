@@ -44,7 +44,10 @@ pub type rocev2_log_callback = Option<
 
 /// Routes library logs to `cb` at `level` and above (ROCEV2_LOG_*); NULL `cb`
 /// restores the default: stderr, filtered by RUST_LOG (default warn). Global;
-/// `user_data` is passed back unchanged. Thread-safe.
+/// `user_data` is passed back unchanged.
+///
+/// Thread safety: any thread, concurrently with any call; the callback may
+/// be called from any thread, also while this call replaces it.
 #[no_mangle]
 pub extern "C" fn rocev2_set_log_callback(
     cb: rocev2_log_callback,

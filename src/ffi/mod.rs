@@ -1,4 +1,4 @@
-//! The stable C API (ABI v1). `include/rocev2.h` is generated from these
+//! The stable C API (ABI v2). `include/rocev2.h` is generated from these
 //! files by cbindgen; the header test fails when it is stale. One file per
 //! handle: `device.rs`, `server.rs`, `frame.rs`, `gid.rs`, `logging.rs`;
 //! `guard.rs` is the boundary every function goes through.
@@ -36,7 +36,7 @@ pub use logging::*;
 pub use server::*;
 
 /// ABI version of this header; `rocev2_abi_version()` returns the library's.
-pub const ROCEV2_ABI_VERSION: u32 = 1;
+pub const ROCEV2_ABI_VERSION: u32 = 2;
 /// rogue's DefaultMaxPayload: bytes per receive slot.
 pub const ROCEV2_DEFAULT_MAX_PAYLOAD: u32 = 9000;
 /// rogue's DefaultRxQueueDepth: receive slots.
@@ -159,19 +159,27 @@ impl rocev2_status {
 // Library
 // ---------------------------------------------------------------------------
 
-/// The library version, e.g. "1.0.0" (static string; never fails).
+/// The library version, e.g. "2.0.0" (a static string the library owns;
+/// never fails).
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
 pub extern "C" fn rocev2_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
 }
 
 /// The library's ABI version; compare with ROCEV2_ABI_VERSION.
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
 pub extern "C" fn rocev2_abi_version() -> u32 {
     crate::ABI_VERSION
 }
 
-/// A static description of a status code ("unknown status" for other values).
+/// A static description of a status code ("unknown status" for other
+/// values); the library owns the string.
+///
+/// Thread safety: any thread, concurrently with any call.
 #[no_mangle]
 pub extern "C" fn rocev2_status_str(status: c_int) -> *const c_char {
     let text = rocev2_status::ALL
@@ -185,6 +193,8 @@ pub extern "C" fn rocev2_status_str(status: c_int) -> *const c_char {
 /// always NUL-terminated when len > 0, truncated if needed) and returns its
 /// full length without the NUL, so a caller can size a buffer with
 /// `rocev2_last_error(NULL, 0) + 1`. Valid after a call that failed.
+///
+/// Thread safety: any thread; the message is the calling thread's own.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_last_error(buf: *mut c_char, len: usize) -> usize {
     // SAFETY: buf is NULL or has len writable bytes (API contract).

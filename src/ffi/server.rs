@@ -10,9 +10,12 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-use super::device::{check_size, rocev2_device};
+use super::device::rocev2_device;
 use super::frame::{rocev2_frame, to_frame};
-use super::guard::{copy_out, deref_mut, fn_name, guard, guard_void, null, ArcHandle, BoxHandle};
+use super::guard::{
+    copy_out, deref_mut, fn_name, guard, guard_void, init_sized, null, read_sized, write_sized,
+    ArcHandle, BoxHandle, Sized2,
+};
 use super::rocev2_status;
 use crate::config::{ConnectParams, ServerConfig};
 use crate::error::{Error, Result};
@@ -42,11 +45,12 @@ pub(crate) fn core_arc(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
     unsafe { rocev2_server::clone_arc(srv, "server") }
 }
 
-/// Server settings. Fill with `rocev2_server_config_init`, then adjust.
+/// Server settings. Fill with `rocev2_server_config_init(&cfg, sizeof cfg)`,
+/// then adjust.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rocev2_server_config {
-    /// sizeof(rocev2_server_config), set by rocev2_server_config_init.
+    /// The caller's sizeof(rocev2_server_config), set by rocev2_server_config_init.
     pub struct_size: u32,
     /// Bytes per receive slot, the largest frame (default 9000; 1..2^30).
     pub max_payload: u32,
@@ -64,10 +68,14 @@ pub struct rocev2_server_config {
     pub mr_remote_write: u32,
 }
 
-/// What the FPGA is programmed with (rogue's getters).
+/// What the FPGA is programmed with (rogue's getters). Set `struct_size` to
+/// sizeof(rocev2_host_params) before the call; the library writes at most
+/// that many bytes and sets it to the bytes written.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct rocev2_host_params {
+    /// In: the caller's sizeof(rocev2_host_params). Out: bytes written.
+    pub struct_size: u32,
     /// Host QP number (24 bits).
     pub qpn: u32,
     /// Host receive PSN (rogue getRqPsn).
@@ -162,22 +170,32 @@ pub struct rocev2_stats {
 }
 
 /// Called on the receive thread for every frame. The frame is on loan: release
-/// `frame->token` exactly once (here or later, from any thread). Must not
-/// throw or longjmp. May call rocev2_server_stop (not destroy) on its server.
+/// `frame->token` exactly once (here or later, from any thread). `frame`
+/// itself (the struct, not the payload) is valid only during the call; its
+/// struct_size is sizeof(rocev2_frame) of this library. Must not throw or
+/// longjmp. May call rocev2_server_stop (not destroy) on its server.
 pub type rocev2_frame_callback =
     Option<unsafe extern "C" fn(user_data: *mut c_void, frame: *const rocev2_frame)>;
 
-/// Fills `cfg` with defaults (max_payload 9000, rx_queue_depth 256, spin_us 50,
-/// stop_timeout_ms 5000, cpu_affinity -1).
-#[no_mangle]
-pub unsafe extern "C" fn rocev2_server_config_init(
-    cfg: *mut rocev2_server_config,
-) -> rocev2_status {
-    guard(fn_name!(), || {
-        // SAFETY: checked pointer, caller-owned.
-        let cfg = unsafe { deref_mut(cfg, "cfg") }?;
+// SAFETY (the three impls): #[repr(C)], start with u32 struct_size, plain
+// integers only.
+unsafe impl Sized2 for rocev2_server_config {
+    const NAME: &'static str = "rocev2_server_config";
+    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_server_config>();
+}
+unsafe impl Sized2 for rocev2_host_params {
+    const NAME: &'static str = "rocev2_host_params";
+    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_host_params>();
+}
+unsafe impl Sized2 for rocev2_stats {
+    const NAME: &'static str = "rocev2_stats";
+    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_stats>();
+}
+
+impl Default for rocev2_server_config {
+    fn default() -> Self {
         let d = ServerConfig::default();
-        *cfg = rocev2_server_config {
+        rocev2_server_config {
             struct_size: std::mem::size_of::<rocev2_server_config>() as u32,
             max_payload: d.max_payload,
             rx_queue_depth: d.rx_queue_depth,
@@ -185,16 +203,39 @@ pub unsafe extern "C" fn rocev2_server_config_init(
             stop_timeout_ms: d.stop_timeout_ms,
             cpu_affinity: -1,
             mr_remote_write: 0,
-        };
-        Ok(())
+        }
+    }
+}
+
+/// Fills `cfg` (`size` = the caller's `sizeof(rocev2_server_config)`) with
+/// defaults: max_payload 9000, rx_queue_depth 256, spin_us 50,
+/// stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0. Writes exactly
+/// `size` bytes (zero beyond the fields this library knows) and sets
+/// `struct_size` to `size`.
+///
+/// Thread safety: any thread; `cfg` is the caller's.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_config_init(
+    cfg: *mut rocev2_server_config,
+    size: usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: cfg is NULL or has `size` writable bytes (API contract).
+        unsafe { init_sized(cfg, size, rocev2_server_config::default()) }
     })
 }
 
 /// Creates a server on `dev`: allocates the slab, registers it, creates the
 /// CQ and the RC QP (state INIT), queries the GID at the device's GID index
 /// (an all-zero GID is rejected with a message naming index and device) and
-/// draws random 24-bit PSNs. `cfg` NULL means defaults. On success `*out` owns
-/// the server: destroy it with rocev2_server_destroy.
+/// draws random 24-bit PSNs. `cfg` NULL means defaults; `cfg->struct_size`
+/// may be any size from the ABI-2 one up (a larger struct's unknown tail must
+/// be zero). On success `*out` owns the server: destroy it with
+/// rocev2_server_destroy. Create/destroy (not open/close): the server and
+/// its QP and slab are made here.
+///
+/// Thread safety: any thread, concurrently with any call (a device may host
+/// servers created from several threads).
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_create(
     dev: *const rocev2_device,
@@ -209,13 +250,8 @@ pub unsafe extern "C" fn rocev2_server_create(
         let mut sc = ServerConfig::default();
         let mut remote_write = false;
         if !cfg.is_null() {
-            // SAFETY: non-null, caller-owned.
-            let c = unsafe { &*cfg };
-            check_size(
-                c.struct_size,
-                std::mem::size_of::<rocev2_server_config>(),
-                "rocev2_server_config",
-            )?;
+            // SAFETY: non-null, struct_size readable bytes (API contract).
+            let c = unsafe { read_sized(cfg, rocev2_server_config::default(), "cfg") }?;
             sc.max_payload = c.max_payload;
             sc.rx_queue_depth = c.rx_queue_depth;
             sc.spin_us = c.spin_us;
@@ -242,6 +278,10 @@ pub unsafe extern "C" fn rocev2_server_create(
 
 /// Sets the FPGA's GID (16 bytes; IPv4-mapped ::ffff:a.b.c.d, see
 /// rocev2_gid_parse). Before complete_connection.
+///
+/// Thread safety: any thread; not concurrently with
+/// rocev2_server_complete_connection or rocev2_server_destroy on the same
+/// server.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_set_fpga_gid(
     srv: *mut rocev2_server,
@@ -258,7 +298,10 @@ pub unsafe extern "C" fn rocev2_server_set_fpga_gid(
     })
 }
 
-/// Reads the host parameters for programming the FPGA.
+/// Reads the host parameters for programming the FPGA into `out` (size
+/// protocol: see rocev2_host_params).
+///
+/// Thread safety: any thread, concurrently with any call but destroy.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_get_host_params(
     srv: *const rocev2_server,
@@ -266,14 +309,13 @@ pub unsafe extern "C" fn rocev2_server_get_host_params(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let core = core_ref(srv)?;
-        // SAFETY: checked pointer, caller-owned.
-        let out = unsafe { deref_mut(out, "out") }?;
         let h = core.host_params();
         let mut gid_str = [0 as c_char; 40];
         let text = h.gid.to_string();
         // SAFETY: gid_str has 40 writable bytes.
         unsafe { copy_out(&text, gid_str.as_mut_ptr(), gid_str.len()) };
-        *out = rocev2_host_params {
+        let full = rocev2_host_params {
+            struct_size: 0,
             qpn: h.qpn,
             rq_psn: h.rq_psn,
             sq_psn: h.sq_psn,
@@ -284,14 +326,20 @@ pub unsafe extern "C" fn rocev2_server_get_host_params(
             gid_str,
             udp_port: h.udp_port,
         };
-        Ok(())
+        // SAFETY: out is NULL or has struct_size writable bytes (API contract).
+        unsafe { write_sized(out, full, "out") }
     })
 }
 
 /// Registers the frame callback (before complete_connection; once). Without
-/// one, frames queue for rocev2_server_poll_frame. `user_data` is passed back.
+/// one, frames queue for rocev2_server_poll_frame. `user_data` is passed back
+/// and must stay valid until the server is destroyed. (Was
+/// rocev2_server_set_frame_callback before ABI 2.)
+///
+/// Thread safety: any thread, before complete_connection; the callback then
+/// runs on the receive thread only, one frame at a time.
 #[no_mangle]
-pub unsafe extern "C" fn rocev2_server_set_frame_callback(
+pub unsafe extern "C" fn rocev2_server_register_frame_callback(
     srv: *mut rocev2_server,
     cb: rocev2_frame_callback,
     user_data: *mut c_void,
@@ -320,6 +368,9 @@ pub unsafe extern "C" fn rocev2_server_set_frame_callback(
 /// FPGA's first SEND: pass host_params.sq_psn (surf programs the FPGA with
 /// sq_psn = host SQ PSN). `pmtu` 1..5 (1=256 .. 5=4096), `min_rnr_timer` 0..31
 /// (IBA table 45; 1 = 0.01 ms, 12 = 0.64 ms).
+///
+/// Thread safety: any thread, once per server; not concurrently with
+/// set_fpga_gid, register_frame_callback or destroy on the same server.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_complete_connection(
     srv: *mut rocev2_server,
@@ -334,7 +385,9 @@ pub unsafe extern "C" fn rocev2_server_complete_connection(
     })
 }
 
-/// Reads the counters (see rocev2_stats for the size protocol).
+/// Reads the counters into `out` (size protocol: see rocev2_stats).
+///
+/// Thread safety: any thread, concurrently with any call but destroy.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_get_stats(
     srv: *const rocev2_server,
@@ -342,14 +395,6 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let core = core_ref(srv)?;
-        // SAFETY: checked pointer, caller-owned, at least struct_size bytes.
-        let o = unsafe { deref_mut(out, "out") }?;
-        let cap = o.struct_size as usize;
-        if cap < 8 {
-            return Err(Error::invalid(format!(
-                "rocev2_stats.struct_size must be set to sizeof(rocev2_stats); got {cap}"
-            )));
-        }
         let s = core.stats();
         let soft = s.soft();
         let full = rocev2_stats {
@@ -385,18 +430,14 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             payload_copied: soft.payload_copied,
             socket_drops: soft.socket_drops,
         };
-        let n = cap.min(std::mem::size_of::<rocev2_stats>());
-        // SAFETY: copies n bytes of a plain-data struct into the caller's
-        // struct of at least n bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(&full as *const _ as *const u8, out as *mut u8, n);
-        }
-        o.struct_size = n as u32;
-        Ok(())
+        // SAFETY: out is NULL or has struct_size writable bytes (API contract).
+        unsafe { write_sized(out, full, "out") }
     })
 }
 
 /// 1 while the receive thread runs, 0 otherwise (also for NULL).
+///
+/// Thread safety: any thread, concurrently with any call but destroy.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_is_running(srv: *const rocev2_server) -> c_int {
     let mut running = 0;
@@ -413,6 +454,9 @@ pub unsafe extern "C" fn rocev2_server_is_running(srv: *const rocev2_server) -> 
 /// stop_timeout_ms when a callback is blocked); frames queued for poll_frame
 /// are released; the QP, CQ and MR are torn down. Loaned frames stay valid
 /// until released. Idempotent.
+///
+/// Thread safety: any thread, also from the frame callback (then the thread
+/// is detached, not joined); concurrently with any call but destroy.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_status {
     guard(fn_name!(), || {
@@ -425,6 +469,9 @@ pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_s
 /// stays valid until the last outstanding token is released; after destroy
 /// the handle may only be passed to rocev2_server_release for such tokens.
 /// Must not be called from the frame callback.
+///
+/// Thread safety: once per handle, from any thread but the receive thread,
+/// after every other call on the handle has returned (release excepted).
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
     guard_void(fn_name!(), || {

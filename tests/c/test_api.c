@@ -54,8 +54,8 @@ static void test_last_error_buffer(void) {
 static void test_device_errors(void) {
     rocev2_device_config cfg;
     rocev2_device* dev = (rocev2_device*)0x1;
-    CHECK_STATUS(rocev2_device_config_init(NULL), ROCEV2_ERR_NULL_POINTER);
-    CHECK_STATUS(rocev2_device_config_init(&cfg), ROCEV2_OK);
+    CHECK_STATUS(rocev2_device_config_init(NULL, sizeof(rocev2_device_config)), ROCEV2_ERR_NULL_POINTER);
+    CHECK_STATUS(rocev2_device_config_init(&cfg, sizeof cfg), ROCEV2_OK);
     CHECK(cfg.struct_size == sizeof cfg && cfg.ib_port == 1 && cfg.gid_index == 0 && cfg.udp_port == 4791);
 
     CHECK_STATUS(rocev2_device_open(&cfg, NULL), ROCEV2_ERR_NULL_POINTER);
@@ -81,8 +81,8 @@ static void test_device_errors(void) {
 
     char names[256];
     size_t count = 99;
-    CHECK_STATUS(rocev2_list_devices(names, sizeof names, NULL), ROCEV2_ERR_NULL_POINTER);
-    CHECK_STATUS(rocev2_list_devices(names, sizeof names, &count), ROCEV2_OK);
+    CHECK_STATUS(rocev2_device_list(names, sizeof names, NULL), ROCEV2_ERR_NULL_POINTER);
+    CHECK_STATUS(rocev2_device_list(names, sizeof names, &count), ROCEV2_OK);
     cfg.name = "rocev2-no-such-device";
     rocev2_status s = rocev2_device_open(&cfg, &dev);
     if (count == 0) {
@@ -99,8 +99,8 @@ static void test_device_errors(void) {
 static void test_server_errors(void) {
     rocev2_server_config sc;
     rocev2_server* srv = (rocev2_server*)0x1;
-    CHECK_STATUS(rocev2_server_config_init(NULL), ROCEV2_ERR_NULL_POINTER);
-    CHECK_STATUS(rocev2_server_config_init(&sc), ROCEV2_OK);
+    CHECK_STATUS(rocev2_server_config_init(NULL, sizeof(rocev2_server_config)), ROCEV2_ERR_NULL_POINTER);
+    CHECK_STATUS(rocev2_server_config_init(&sc, sizeof sc), ROCEV2_OK);
     CHECK(sc.struct_size == sizeof sc && sc.max_payload == ROCEV2_DEFAULT_MAX_PAYLOAD &&
           sc.rx_queue_depth == ROCEV2_DEFAULT_RX_QUEUE_DEPTH && sc.cpu_affinity == -1);
 
@@ -145,13 +145,13 @@ static void test_server_errors(void) {
 
     /* Every server function checks its handle. */
     uint8_t gid[16] = {0};
-    rocev2_host_params hp;
-    rocev2_frame fr;
-    rocev2_stats st;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
+    rocev2_frame fr = {.struct_size = sizeof fr};
+    rocev2_stats st = {.struct_size = sizeof st};
     st.struct_size = sizeof st;
     CHECK_STATUS(rocev2_server_set_fpga_gid(NULL, gid), ROCEV2_ERR_NULL_POINTER);
     CHECK_STATUS(rocev2_server_get_host_params(NULL, &hp), ROCEV2_ERR_NULL_POINTER);
-    CHECK_STATUS(rocev2_server_set_frame_callback(NULL, NULL, NULL), ROCEV2_ERR_NULL_POINTER);
+    CHECK_STATUS(rocev2_server_register_frame_callback(NULL, NULL, NULL), ROCEV2_ERR_NULL_POINTER);
     CHECK_STATUS(rocev2_server_poll_frame(NULL, 0, &fr), ROCEV2_ERR_NULL_POINTER);
     CHECK_STATUS(rocev2_server_poll_frame(NULL, 0, NULL), ROCEV2_ERR_NULL_POINTER);
     CHECK_STATUS(rocev2_server_release(NULL, 1), ROCEV2_ERR_NULL_POINTER);
@@ -212,13 +212,13 @@ static void test_detect_gid_index(void) {
     put(p, "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
 
     uint32_t idx = 0;
-    CHECK_STATUS(rocev2_detect_gid_index("mlx5_0", "10.0.0.20", 1, root, &idx), ROCEV2_OK);
+    CHECK_STATUS(rocev2_gid_detect_index("mlx5_0", "10.0.0.20", 1, root, &idx), ROCEV2_OK);
     CHECK(idx == 3);
-    CHECK_STATUS(rocev2_detect_gid_index("mlx5_0", "172.16.0.1", 1, root, &idx), ROCEV2_ERR_NOT_FOUND);
+    CHECK_STATUS(rocev2_gid_detect_index("mlx5_0", "172.16.0.1", 1, root, &idx), ROCEV2_ERR_NOT_FOUND);
     CHECK_MSG("could not auto-detect a RoCE v2 IPv4 GID on mlx5_0");
-    CHECK_STATUS(rocev2_detect_gid_index("mlx5_0", "bogus", 1, root, &idx), ROCEV2_ERR_INVALID_ARGUMENT);
-    CHECK_STATUS(rocev2_detect_gid_index(NULL, "10.0.0.1", 1, root, &idx), ROCEV2_ERR_NULL_POINTER);
-    CHECK_STATUS(rocev2_detect_gid_index("mlx5_0", "10.0.0.1", 1, root, NULL), ROCEV2_ERR_NULL_POINTER);
+    CHECK_STATUS(rocev2_gid_detect_index("mlx5_0", "bogus", 1, root, &idx), ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(rocev2_gid_detect_index(NULL, "10.0.0.1", 1, root, &idx), ROCEV2_ERR_NULL_POINTER);
+    CHECK_STATUS(rocev2_gid_detect_index("mlx5_0", "10.0.0.1", 1, root, NULL), ROCEV2_ERR_NULL_POINTER);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);

@@ -46,23 +46,23 @@ int main(int argc, char** argv) {
         return 2;
     }
     rocev2_device_config dc;
-    rocev2_device_config_init(&dc);
+    rocev2_device_config_init(&dc, sizeof dc);
     dc.name = "rxe0";
     dc.gid_index = (uint8_t)atoi(getenv("RXE0_GID_IDX"));
     rocev2_device* dev = NULL;
     CHECK_OK(rocev2_device_open(&dc, &dev));
     rocev2_server_config sc;
-    rocev2_server_config_init(&sc);
+    rocev2_server_config_init(&sc, sizeof sc);
     sc.max_payload = 4096;
     sc.rx_queue_depth = 64;
     rocev2_server* srv = NULL;
     CHECK_OK(rocev2_server_create(dev, &sc, &srv));
     if (!srv) return 1;
-    rocev2_host_params hp;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     CHECK_OK(rocev2_server_get_host_params(srv, &hp));
     static struct st st;
     st.srv = srv;
-    CHECK_OK(rocev2_server_set_frame_callback(srv, on_frame, &st));
+    CHECK_OK(rocev2_server_register_frame_callback(srv, on_frame, &st));
 
     /* The FPGA: rocev2 verbs-fpga on rxe1, talking over pipes. */
     int to_child[2], from_child[2];
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 30000 && atomic_load(&st.next) < (unsigned long long)N; ++i) usleep(1000);
     CHECK(atomic_load(&st.next) == (unsigned long long)N);
     CHECK(atomic_load(&st.errors) == 0);
-    rocev2_stats s;
+    rocev2_stats s = {.struct_size = sizeof s};
     s.struct_size = sizeof s;
     CHECK_OK(rocev2_server_get_stats(srv, &s));
     CHECK(s.frames == (uint64_t)N && s.bytes == (uint64_t)N * 4096 && s.completion_errors == 0);

@@ -55,14 +55,14 @@ static int wait_child(pid_t pid) {
 
 static rocev2_server* make_server(rocev2_device** dev, uint32_t depth) {
     rocev2_device_config dc;
-    rocev2_device_config_init(&dc);
+    rocev2_device_config_init(&dc, sizeof dc);
     dc.name = "soft";
     dc.bind_addr = "127.0.0.1";
     dc.udp_port = 0;
     dc.peer_udp_port = 0;
     CHECK_OK(rocev2_device_open(&dc, dev));
     rocev2_server_config sc;
-    rocev2_server_config_init(&sc);
+    rocev2_server_config_init(&sc, sizeof sc);
     sc.max_payload = 4096;
     sc.rx_queue_depth = depth;
     sc.spin_us = 0;
@@ -118,8 +118,8 @@ static void test_callback_mode_with_faults(void) {
     rocev2_server* srv = make_server(&dev, 128);
     static struct cb_state st;
     st.srv = srv;
-    CHECK_OK(rocev2_server_set_frame_callback(srv, on_frame, &st));
-    rocev2_host_params hp;
+    CHECK_OK(rocev2_server_register_frame_callback(srv, on_frame, &st));
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     CHECK_OK(rocev2_server_get_host_params(srv, &hp));
     CHECK(hp.qpn != 0 && hp.mr_addr != 0 && hp.mr_len == 128 * 4096 && hp.udp_port != 0);
     CHECK(strncmp(hp.gid_str, "0000:0000:0000:0000:0000:ffff:7f00:0001", 40) == 0);
@@ -131,8 +131,8 @@ static void test_callback_mode_with_faults(void) {
     char msg[256];
     rocev2_last_error(msg, sizeof msg);
     CHECK(strstr(msg, "completeConnection already invoked") != NULL);
-    CHECK(rocev2_server_set_frame_callback(srv, on_frame, &st) == ROCEV2_ERR_STATE);
-    rocev2_frame fr;
+    CHECK(rocev2_server_register_frame_callback(srv, on_frame, &st) == ROCEV2_ERR_STATE);
+    rocev2_frame fr = {.struct_size = sizeof fr};
     CHECK(rocev2_server_poll_frame(srv, 0, &fr) == ROCEV2_ERR_STATE);
 
     pthread_t th;
@@ -146,7 +146,7 @@ static void test_callback_mode_with_faults(void) {
     CHECK(atomic_load(&st.next) == (unsigned long long)N);
     CHECK(atomic_load(&st.errors) == 0);
 
-    rocev2_stats s;
+    rocev2_stats s = {.struct_size = sizeof s};
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
     CHECK_OK(rocev2_server_get_stats(srv, &s));
@@ -160,7 +160,7 @@ static void test_callback_mode_with_faults(void) {
     CHECK(s.payload_direct > 0 && s.icrc_errors == 0);
     CHECK(s.icrc_checked + s.icrc_unchecked == s.packets_rx); /* auto: checked when allowed */
     /* A short stats struct gets a prefix. */
-    rocev2_stats small;
+    rocev2_stats small = {.struct_size = sizeof small};
     memset(&small, 0xff, sizeof small);
     small.struct_size = 16; /* struct_size, reserved, frames */
     CHECK_OK(rocev2_server_get_stats(srv, &small));
@@ -179,10 +179,10 @@ static void test_callback_mode_with_faults(void) {
 static void test_pull_mode_backpressure_and_tokens(void) {
     rocev2_device* dev = NULL;
     rocev2_server* srv = make_server(&dev, 8);
-    rocev2_host_params hp;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     CHECK_OK(rocev2_server_get_host_params(srv, &hp));
     CHECK_OK(rocev2_server_complete_connection(srv, FPGA_QPN, hp.sq_psn, 5, 1));
-    rocev2_frame fr;
+    rocev2_frame fr = {.struct_size = sizeof fr};
     CHECK(rocev2_server_poll_frame(srv, 0, &fr) == ROCEV2_ERR_TIMEOUT);
     CHECK(rocev2_server_poll_frame(srv, -5, &fr) == ROCEV2_ERR_INVALID_ARGUMENT);
 
@@ -203,7 +203,7 @@ static void test_pull_mode_backpressure_and_tokens(void) {
         }
     }
     CHECK(wait_child(pid) == 0);
-    rocev2_stats s;
+    rocev2_stats s = {.struct_size = sizeof s};
     s.struct_size = sizeof s;
     CHECK_OK(rocev2_server_get_stats(srv, &s));
     CHECK(s.frames == (uint64_t)N);
@@ -226,11 +226,12 @@ static void test_pull_mode_backpressure_and_tokens(void) {
 static void test_loan_outlives_destroy(void) {
     rocev2_device* dev = NULL;
     rocev2_server* srv = make_server(&dev, 4);
-    rocev2_host_params hp;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     CHECK_OK(rocev2_server_get_host_params(srv, &hp));
     CHECK_OK(rocev2_server_complete_connection(srv, FPGA_QPN, hp.sq_psn, 5, 1));
     pid_t pid = spawn_fpga_sim(&hp, 3, 512, "drop=0");
     rocev2_frame f[3];
+    for (int i = 0; i < 3; ++i) f[i].struct_size = sizeof f[i];
     for (int i = 0; i < 3; ++i) CHECK_OK(rocev2_server_poll_frame(srv, 20000, &f[i]));
     CHECK(wait_child(pid) == 0);
     rocev2_device_close(dev); /* the server keeps the device */
@@ -247,17 +248,17 @@ static void test_loan_outlives_destroy(void) {
 static void test_create_failure_releases_everything(void) {
     rocev2_device* dev = NULL;
     rocev2_server* first = make_server(&dev, 4);
-    rocev2_host_params hp;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     CHECK_OK(rocev2_server_get_host_params(first, &hp));
     rocev2_device_config dc;
-    rocev2_device_config_init(&dc);
+    rocev2_device_config_init(&dc, sizeof dc);
     dc.name = "soft";
     dc.bind_addr = "127.0.0.1";
     dc.udp_port = hp.udp_port;
     rocev2_device* dev2 = NULL;
     CHECK_OK(rocev2_device_open(&dc, &dev2));
     rocev2_server_config sc;
-    rocev2_server_config_init(&sc);
+    rocev2_server_config_init(&sc, sizeof sc);
     sc.max_payload = 1 << 20; /* a 256 MiB slab would show up as a leak */
     rocev2_server* second = (rocev2_server*)0x1;
     for (int i = 0; i < 20; ++i) {

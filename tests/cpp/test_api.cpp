@@ -31,7 +31,7 @@ int main() {
     // Device errors carry the status and rogue's texts.
     size_t count = 0;
     char names[256];
-    CHECK(rocev2_list_devices(names, sizeof names, &count) == ROCEV2_OK);
+    CHECK(rocev2_device_list(names, sizeof names, &count) == ROCEV2_OK);
     auto e = expect_error([] { rocev2::Device d("rocev2-no-such-device"); });
     if (count == 0) {
         CHECK(e.status() == ROCEV2_ERR_NO_DEVICE);

@@ -1,0 +1,159 @@
+/* ABI 2's size protocol, played by callers compiled against other versions
+ * of rocev2.h (run under AddressSanitizer by the ASan ctest build):
+ * - an older caller: structs cut short, inside buffers with canary bytes
+ *   around them: the library writes at most struct_size bytes, never past;
+ * - a newer caller: a longer struct, its unknown tail zero (accepted, the
+ *   known fields used), then non-zero (refused, naming the byte). */
+#include "check.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define CANARY 0xA5
+
+static char msg[512];
+static const char* last(void) {
+    rocev2_last_error(msg, sizeof msg);
+    return msg;
+}
+
+/* `len` bytes of `buf` from `from` on still hold the canary. */
+static int canary_intact(const unsigned char* buf, size_t from, size_t len) {
+    for (size_t i = from; i < len; ++i)
+        if (buf[i] != CANARY) return 0;
+    return 1;
+}
+
+static rocev2_device* soft_device(void) {
+    rocev2_device_config dc;
+    CHECK_OK(rocev2_device_config_init(&dc, sizeof dc));
+    dc.name = "soft";
+    dc.bind_addr = "127.0.0.1";
+    dc.udp_port = 0;
+    dc.peer_udp_port = 0;
+    dc.icrc_check = ROCEV2_ICRC_OFF;
+    rocev2_device* dev = NULL;
+    CHECK_OK(rocev2_device_open(&dc, &dev));
+    return dev;
+}
+
+static void older_caller_init_writes_only_its_size(void) {
+    unsigned char buf[sizeof(rocev2_server_config) + 32];
+    size_t cut = offsetof(rocev2_server_config, spin_us);
+    memset(buf, CANARY, sizeof buf);
+    CHECK_OK(rocev2_server_config_init((rocev2_server_config*)buf, cut));
+    CHECK(canary_intact(buf, cut, sizeof buf));
+    rocev2_server_config* sc = (rocev2_server_config*)buf;
+    CHECK(sc->struct_size == cut && sc->max_payload == ROCEV2_DEFAULT_MAX_PAYLOAD);
+    /* Shorter than ABI 2's first struct: refused with what to do. */
+    rocev2_server* srv = NULL;
+    CHECK(rocev2_server_create(NULL, sc, &srv) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last(), "rocev2_server_config_init") != NULL);
+    CHECK(rocev2_server_config_init((rocev2_server_config*)buf, 2) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(canary_intact(buf, cut, sizeof buf));
+}
+
+static void older_caller_output_structs_cut_short(rocev2_server* srv) {
+    /* Host params: a caller that knows only up to mr_len. */
+    unsigned char hb[sizeof(rocev2_host_params) + 32];
+    memset(hb, CANARY, sizeof hb);
+    size_t cut = offsetof(rocev2_host_params, mr_addr);
+    ((rocev2_host_params*)hb)->struct_size = (uint32_t)cut;
+    CHECK_OK(rocev2_server_get_host_params(srv, (rocev2_host_params*)hb));
+    CHECK(((rocev2_host_params*)hb)->struct_size == cut);
+    CHECK(((rocev2_host_params*)hb)->qpn > 1);
+    CHECK(canary_intact(hb, cut, sizeof hb));
+    /* The whole struct: written whole, nothing past it. */
+    ((rocev2_host_params*)hb)->struct_size = sizeof(rocev2_host_params);
+    CHECK_OK(rocev2_server_get_host_params(srv, (rocev2_host_params*)hb));
+    CHECK(((rocev2_host_params*)hb)->struct_size == sizeof(rocev2_host_params));
+    CHECK(canary_intact(hb, sizeof(rocev2_host_params), sizeof hb));
+    /* A newer caller's larger struct: we write what we know. */
+    ((rocev2_host_params*)hb)->struct_size = sizeof hb;
+    CHECK_OK(rocev2_server_get_host_params(srv, (rocev2_host_params*)hb));
+    CHECK(((rocev2_host_params*)hb)->struct_size == sizeof(rocev2_host_params));
+
+    /* Stats cut to 3 counters. */
+    unsigned char sb[sizeof(rocev2_stats) + 32];
+    memset(sb, CANARY, sizeof sb);
+    size_t scut = offsetof(rocev2_stats, releases);
+    ((rocev2_stats*)sb)->struct_size = (uint32_t)scut;
+    CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));
+    CHECK(((rocev2_stats*)sb)->struct_size == scut && ((rocev2_stats*)sb)->frames == 0);
+    CHECK(canary_intact(sb, scut, sizeof sb));
+    ((rocev2_stats*)sb)->struct_size = 2;
+    CHECK(rocev2_server_get_stats(srv, (rocev2_stats*)sb) == ROCEV2_ERR_INVALID_ARGUMENT);
+
+    /* A frame too short for its token: refused before any frame is taken. */
+    unsigned char fb[sizeof(rocev2_frame) + 32];
+    memset(fb, CANARY, sizeof fb);
+    size_t fcut = offsetof(rocev2_frame, token);
+    ((rocev2_frame*)fb)->struct_size = (uint32_t)fcut;
+    CHECK(rocev2_server_poll_frame(srv, 0, (rocev2_frame*)fb) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last(), "sizeof(rocev2_frame)") != NULL);
+    CHECK(canary_intact(fb, 4, sizeof fb));
+}
+
+/* What a caller built against a future rocev2.h with one more field sees. */
+typedef struct {
+    rocev2_server_config base;
+    uint32_t future_field;
+    uint32_t future_pad;
+} newer_server_config;
+
+typedef struct {
+    rocev2_device_config base;
+    uint64_t future_field;
+} newer_device_config;
+
+static void newer_caller_zero_tail_accepted_nonzero_refused(rocev2_device* dev) {
+    newer_server_config n;
+    memset(&n, CANARY, sizeof n);
+    CHECK_OK(rocev2_server_config_init(&n.base, sizeof n));
+    CHECK(n.base.struct_size == sizeof n && n.future_field == 0 && n.future_pad == 0);
+    n.base.max_payload = 1024;
+    n.base.rx_queue_depth = 4;
+    rocev2_server* srv = NULL;
+    CHECK_OK(rocev2_server_create(dev, &n.base, &srv));
+    rocev2_host_params hp = {.struct_size = sizeof hp};
+    CHECK_OK(rocev2_server_get_host_params(srv, &hp));
+    CHECK(hp.mr_len == 4 * 1024); /* the known fields were used */
+    rocev2_server_destroy(srv);
+    n.future_field = 7;
+    srv = NULL;
+    CHECK(rocev2_server_create(dev, &n.base, &srv) == ROCEV2_ERR_INVALID_ARGUMENT && srv == NULL);
+    CHECK(strstr(last(), "upgrade librocev2") != NULL);
+
+    newer_device_config d;
+    CHECK_OK(rocev2_device_config_init(&d.base, sizeof d));
+    CHECK(d.base.struct_size == sizeof d && d.future_field == 0 && d.base.ib_port == 1);
+    d.base.name = "soft";
+    d.base.udp_port = 0;
+    d.base.peer_udp_port = 0;
+    d.base.icrc_check = ROCEV2_ICRC_OFF;
+    rocev2_device* dev2 = NULL;
+    CHECK_OK(rocev2_device_open(&d.base, &dev2));
+    rocev2_device_close(dev2);
+    d.future_field = 1;
+    dev2 = NULL;
+    CHECK(rocev2_device_open(&d.base, &dev2) == ROCEV2_ERR_INVALID_ARGUMENT && dev2 == NULL);
+    CHECK(strstr(last(), "is not zero") != NULL);
+}
+
+int main(void) {
+    CHECK(rocev2_abi_version() == ROCEV2_ABI_VERSION && ROCEV2_ABI_VERSION == 2);
+    older_caller_init_writes_only_its_size();
+    rocev2_device* dev = soft_device();
+    rocev2_server_config sc;
+    CHECK_OK(rocev2_server_config_init(&sc, sizeof sc));
+    sc.max_payload = 1024;
+    sc.rx_queue_depth = 4;
+    rocev2_server* srv = NULL;
+    CHECK_OK(rocev2_server_create(dev, &sc, &srv));
+    older_caller_output_structs_cut_short(srv);
+    newer_caller_zero_tail_accepted_nonzero_refused(dev);
+    rocev2_server_destroy(srv);
+    rocev2_device_close(dev);
+    printf("c_abi: %d checks, %d failures\n", checks, failures);
+    return failures != 0;
+}
