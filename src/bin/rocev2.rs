@@ -41,7 +41,7 @@ commands:
               --host IP:PORT --host-qpn N --psn N (the host SQ PSN) --qpn N
               --bind IP:PORT (127.0.0.1:0) --frames N --size BYTES --channels LIST
               --pmtu 1..5 --faults ... --seed N --timeout-code N (14)
-              --window MESSAGES (4: surf's engine) --retry-cnt N (3) --rnr-retry N (7)
+              --window MESSAGES (4: surf's engine) --retry-cnt N (7) --rnr-retry N (7)
   verbs-fpga  an RC requester on an RDMA device playing the FPGA (rdma_rxe or a
             spare NIC): prints its QPN and GID as JSON, waits for a line on stdin
             (the host has completed its connection), then streams pattern frames
@@ -478,7 +478,7 @@ fn fpga_sim(o: &Opts) -> Result<ExitCode, String> {
             cfg.window
         ));
     }
-    cfg.retry_cnt = num(o, "retry-cnt", 3u32)?;
+    cfg.retry_cnt = num(o, "retry-cnt", 7u32)?;
     cfg.rnr_retry = num(o, "rnr-retry", 7u32)?;
     if cfg.retry_cnt > 7 || cfg.rnr_retry > 7 {
         return Err(format!(

@@ -74,7 +74,9 @@ pub struct EmulatorConfig {
     pub window: usize,
     /// Retransmit timeout, IB code (14 = 67 ms).
     pub timeout_code: u8,
-    /// Timeout retries (3, what pyrogue programs), then the frame fails.
+    /// Timeout retries, then the frame fails (7; pyrogue programs the engine
+    /// with 3, which a loaded host can exhaust with the emulator's short
+    /// timeouts: tests/firmware/README.md).
     pub retry_cnt: u32,
     /// RNR retries (7 = forever).
     pub rnr_retry: u32,
@@ -99,7 +101,7 @@ impl EmulatorConfig {
     }
 
     /// The engine as pyrogue programs it: pmtu 4096, a window of 4 messages,
-    /// timeout 14, retry 3, rnr_retry 7.
+    /// timeout 14, rnr_retry 7; retry 7 (pyrogue: 3).
     pub fn new(bind: SocketAddrV4, host: SocketAddrV4, host_qpn: u32, start_psn: u32) -> Self {
         EmulatorConfig {
             bind,
@@ -110,7 +112,7 @@ impl EmulatorConfig {
             pmtu: Mtu::Mtu4096,
             window: 4,
             timeout_code: 14,
-            retry_cnt: 3,
+            retry_cnt: 7,
             rnr_retry: 7,
             faults: Faults::default(),
         }
