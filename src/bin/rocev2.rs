@@ -43,6 +43,7 @@ commands:
               --host IP:PORT --host-qpn N --psn N (the host SQ PSN) --qpn N
               --bind IP:PORT (127.0.0.1:0) --frames N --size BYTES --channels LIST
               --pmtu 1..5 --faults ... --seed N --timeout-code N (14)
+              --window MESSAGES (4: surf's engine) --retry-cnt N (7) --rnr-retry N (7)
   verbs-fpga  an RC requester on an RDMA device playing the FPGA (rdma_rxe or a
             spare NIC): prints its QPN and GID as JSON, waits for a line on stdin
             (the host has completed its connection), then streams pattern frames
@@ -483,6 +484,21 @@ fn fpga_sim(o: &Opts) -> Result<ExitCode, String> {
     cfg.pmtu = rocev2::Mtu::from_code(num(o, "pmtu", 5u32)?).map_err(|e| e.to_string())?;
     cfg.faults = faults(o)?;
     cfg.timeout_code = num(o, "timeout-code", 14u8)?;
+    cfg.window = num(o, "window", 4usize)?;
+    if !(1..=1024).contains(&cfg.window) {
+        return Err(format!(
+            "--window {} is out of range 1..=1024 (messages un-ACKed; surf's engine: 4)",
+            cfg.window
+        ));
+    }
+    cfg.retry_cnt = num(o, "retry-cnt", 7u32)?;
+    cfg.rnr_retry = num(o, "rnr-retry", 7u32)?;
+    if cfg.retry_cnt > 7 || cfg.rnr_retry > 7 {
+        return Err(format!(
+            "--retry-cnt {} / --rnr-retry {}: both are IB 3-bit counts, 0..=7 (rnr 7 = forever)",
+            cfg.retry_cnt, cfg.rnr_retry
+        ));
+    }
     let frames: u64 = num(o, "frames", 10_000u64)?;
     let size: usize = num(o, "size", 4096usize)?;
     let chans = channels(o)?;

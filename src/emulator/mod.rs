@@ -75,11 +75,14 @@ pub struct EmulatorConfig {
     pub qpn: u32,
     /// Path MTU.
     pub pmtu: Mtu,
-    /// Packets in flight (surf: 16).
-    pub max_inflight: usize,
+    /// Messages started and not acknowledged at most (surf fc56630: 4; a
+    /// deeper engine: more).
+    pub window: usize,
     /// Retransmit timeout, IB code (14 = 67 ms).
     pub timeout_code: u8,
-    /// Timeout retries (7).
+    /// Timeout retries, then the frame fails (7; pyrogue programs the engine
+    /// with 3, which a loaded host can exhaust with the emulator's short
+    /// timeouts: tests/firmware/README.md).
     pub retry_cnt: u32,
     /// RNR retries (7 = forever).
     pub rnr_retry: u32,
@@ -103,7 +106,8 @@ impl EmulatorConfig {
         ))
     }
 
-    /// surf's defaults: pmtu 4096, 16 in flight, timeout 14, retry 7, rnr_retry 7.
+    /// The engine as pyrogue programs it: pmtu 4096, a window of 4 messages,
+    /// timeout 14, rnr_retry 7; retry 7 (pyrogue: 3).
     pub fn new(bind: SocketAddrV4, host: SocketAddrV4, host_qpn: u32, start_psn: u32) -> Self {
         EmulatorConfig {
             bind,
@@ -112,7 +116,7 @@ impl EmulatorConfig {
             start_psn,
             qpn: 2 + random_u32() % (MASK_24 - 1),
             pmtu: Mtu::Mtu4096,
-            max_inflight: 16,
+            window: 4,
             timeout_code: 14,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -180,7 +184,7 @@ impl FpgaEmulator {
             dest_qpn: cfg.host_qpn,
             start_psn: cfg.start_psn,
             pmtu: cfg.pmtu.bytes(),
-            max_inflight: cfg.max_inflight.max(1),
+            window: cfg.window.max(1),
             timeout_ns: RequesterConfig::timeout_from_code(cfg.timeout_code),
             retry_cnt: cfg.retry_cnt,
             rnr_retry: cfg.rnr_retry,
@@ -263,7 +267,7 @@ impl FpgaEmulator {
         let mut n = 0;
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
-            bth.ack_req = true;
+            bth.ack_req = p.ack_req;
             // Packets are built behind HEADROOM bytes so the ICRC is one CRC pass.
             let mut buf = self.spare.pop().unwrap_or_default();
             ctx.emit_sealed(&bth, p.imm, None, p.payload, &mut buf);

@@ -1,9 +1,12 @@
 //! The RC requester state machine of the FPGA emulator, behaving like surf's
-//! RoCEv2 engine: one SEND with immediate per frame (SEND_ONLY_WITH_IMMEDIATE,
-//! or FIRST / MIDDLE / LAST_WITH_IMMEDIATE above the path MTU), AckReq on every
-//! packet, at most `max_inflight` packets in flight, go-back-N retransmission
-//! from a NAK's PSN or on timeout, and RNR waits with retry (rnr_retry 7 =
-//! forever). Pure: no I/O, time (ns) passed in.
+//! RoCEv2 engine (fc56630, measured in simulation: tests/firmware): one SEND
+//! with immediate per frame (SEND_ONLY_WITH_IMMEDIATE, or FIRST / MIDDLE /
+//! LAST_WITH_IMMEDIATE above the path MTU), AckReq on the last packet of each
+//! message only, at most `window` messages started and not acknowledged (the
+//! engine: 4), go-back-N retransmission from a NAK's PSN or on timeout, RNR
+//! waits of the NAK's timer with retry (rnr_retry 7 = forever), and after
+//! retry_cnt timeouts a failed frame (the engine's status 20, the QP dead).
+//! Pure: no I/O, time (ns) passed in.
 
 use std::collections::VecDeque;
 
@@ -19,8 +22,10 @@ pub struct RequesterConfig {
     pub start_psn: u32,
     /// Path MTU in bytes.
     pub pmtu: u32,
-    /// Packets in flight at most (surf: 16).
-    pub max_inflight: usize,
+    /// Messages (work requests) started and not acknowledged at most: the
+    /// engine's send window, counted in messages, not packets or bytes
+    /// (surf fc56630: 4).
+    pub window: usize,
     /// Retransmit timeout in ns (IB timeout code 14 = 4.096 us * 2^14 = 67 ms).
     pub timeout_ns: u64,
     /// Timeout retries before giving up (IB retry_cnt, 0..7).
@@ -103,6 +108,8 @@ pub struct Outgoing<'a> {
     pub payload: &'a [u8],
     /// True for a retransmission.
     pub retransmit: bool,
+    /// BTH AckReq: set on the last packet of a message only, like the engine.
+    pub ack_req: bool,
 }
 
 /// The requester.
@@ -187,6 +194,13 @@ impl Requester {
         }
     }
 
+    /// A new packet may be built: it continues a started message, or fewer
+    /// than `window` messages are started and not acknowledged.
+    fn window_open(&self) -> bool {
+        let (abs, offset) = self.cursor;
+        offset > 0 || ((abs - self.first_msg) as usize) < self.cfg.window
+    }
+
     /// Builds the next new packet from the message queue, if any.
     fn packetize(&mut self) -> bool {
         let (abs, offset) = self.cursor;
@@ -227,9 +241,7 @@ impl Requester {
             }
             self.rnr_until = None;
         }
-        if self.send_at == self.window.len()
-            && (self.window.len() >= self.cfg.max_inflight || !self.packetize())
-        {
+        if self.send_at == self.window.len() && (!self.window_open() || !self.packetize()) {
             return None;
         }
         let i = self.send_at;
@@ -250,6 +262,7 @@ impl Requester {
             imm: p.opcode.has_imm().then_some(m.imm),
             payload: &m.data[p.offset as usize..(p.offset + p.len) as usize],
             retransmit,
+            ack_req: p.opcode.ends_message(),
         })
     }
 
@@ -301,7 +314,10 @@ impl Requester {
             }
             Syndrome::RnrNak(code) => {
                 self.stats.rnr_naks += 1;
-                self.ack_through(ack_psn, false);
+                if self.ack_through(ack_psn, false) > 0 {
+                    // Progress before the NAK: the engine counts RNR retries anew.
+                    self.rnr_retries = 0;
+                }
                 if self.window.front().map(|p| p.psn) != Some(ack_psn) {
                     return; // stale
                 }

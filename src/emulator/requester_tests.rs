@@ -5,7 +5,7 @@ fn cfg() -> RequesterConfig {
         dest_qpn: 0x11,
         start_psn: 0xff_fffe,
         pmtu: 256,
-        max_inflight: 4,
+        window: 4,
         timeout_ns: 1_000_000,
         retry_cnt: 2,
         rnr_retry: 7,
@@ -179,4 +179,57 @@ fn stale_and_future_acks_are_harmless() {
 fn timeout_codes() {
     assert_eq!(RequesterConfig::timeout_from_code(14), 4096 << 14);
     assert_eq!(RequesterConfig::timeout_from_code(0), u64::MAX);
+}
+
+/// Like surf's engine: the window counts messages, not packets, and only the
+/// last packet of a message asks for an ACK.
+#[test]
+fn window_counts_messages_and_ack_req_marks_message_ends() {
+    let mut r = Requester::new(cfg()); // window 4, pmtu 256
+    for i in 0..6 {
+        r.submit(vec![i; 600], i as u32); // 3 packets each
+    }
+    let mut sent = Vec::new();
+    while let Some(p) = r.poll_transmit(0) {
+        sent.push((p.psn, p.opcode, p.ack_req));
+    }
+    assert_eq!(sent.len(), 12, "4 messages of 3 packets");
+    for (i, (_, op, ack_req)) in sent.iter().enumerate() {
+        assert_eq!(*ack_req, i % 3 == 2, "packet {i} ({op:?})");
+        assert_eq!(*ack_req, op.ends_message());
+    }
+    // Acknowledging the first message lets exactly one more message start.
+    let (p, a) = ack(sent[2].0);
+    r.on_ack(p, a, 1);
+    assert_eq!(drain(&mut r, 1).len(), 3);
+    assert!(r.poll_transmit(1).is_none());
+}
+
+/// The engine counts RNR retries anew after progress: an RNR NAK that
+/// acknowledges earlier messages does not use up rnr_retry.
+#[test]
+fn rnr_retries_count_anew_after_progress() {
+    let mut r = Requester::new(RequesterConfig {
+        rnr_retry: 1,
+        ..cfg()
+    });
+    for i in 0..3 {
+        r.submit(vec![i; 8], i as u32);
+    }
+    drain(&mut r, 0);
+    let rnr = Aeth {
+        syndrome: Syndrome::RnrNak(1),
+        msn: 0,
+    };
+    let mut now = 0;
+    // One RNR NAK at each message in turn: progress every time, no failure.
+    for psn in [0xff_fffe, 0xff_ffff, 0] {
+        r.on_ack(psn, rnr, now);
+        assert!(r.fatal().is_none(), "RNR at {psn:#x}");
+        now += 10_000;
+        drain(&mut r, now);
+    }
+    // Two in a row at one PSN exceed rnr_retry 1: the frame fails.
+    r.on_ack(0, rnr, now);
+    assert!(r.fatal().unwrap().reason.contains("RNR retries exhausted"));
 }

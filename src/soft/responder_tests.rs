@@ -416,3 +416,40 @@ fn next_target_follows_the_message() {
     r.on_packet(&pkt(Opcode::SendOnly, 2), None, 1);
     assert_eq!(r.next_target(), None);
 }
+
+/// surf's engine (fc56630) sets AckReq only on the last packet of a message
+/// and stops after 4 un-ACKed messages: 4 AckReq packets, never the 8 that
+/// `ack_every` counts. The batch flush must ACK the whole window, at once and
+/// at the last message's end (a regression guard for a host that would wait
+/// for the count: tests/firmware "stream" shows the engine then times out).
+#[test]
+fn a_window_of_four_engine_messages_is_acked_at_the_batch_end() {
+    let mut r = resp(0xff_fffa, 8); // the 12 PSNs cross the 2^24 wrap
+    let mut psn = 0xff_fffa;
+    for m in 0..4u32 {
+        for (op, ack_req) in [
+            (Opcode::SendFirst, false),
+            (Opcode::SendMiddle, false),
+            (Opcode::SendLastImm, true),
+        ] {
+            let mut b = pkt(op, psn);
+            b.ack_req = ack_req;
+            let len = if op == Opcode::SendLastImm { 10 } else { PMTU };
+            assert!(matches!(
+                r.on_packet(&b, (op == Opcode::SendLastImm).then_some(m), len as usize),
+                Verdict::Place { .. }
+            ));
+            psn = (psn + 1) & 0xff_ffff;
+        }
+    }
+    assert!(
+        replies(&mut r).is_empty(),
+        "4 AckReq packets: below the count"
+    );
+    r.flush();
+    assert_eq!(
+        replies(&mut r),
+        vec![ack(5, 4)],
+        "one ACK for the 4 messages"
+    );
+}

@@ -78,7 +78,7 @@ fn frame(i: u32, pmtu: u32) -> Vec<u8> {
     (0..len).map(|k| (i as usize * 7 + k) as u8).collect()
 }
 
-/// Runs `n` frames through; returns (delivered imms in order, requester stats).
+/// Runs `n` frames through; returns the delivered imms in order.
 fn simulate(
     seed: u64,
     n: u32,
@@ -94,7 +94,7 @@ fn simulate(
         dest_qpn: 7,
         start_psn: start,
         pmtu,
-        max_inflight: 16,
+        window: 4, // surf's engine
         timeout_ns: 200_000,
         retry_cnt: 1000,
         rnr_retry: 7,
@@ -140,7 +140,7 @@ fn simulate(
         assert!(req.fatal().is_none(), "{:?}", req.fatal());
         while let Some(p) = req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, 7, p.psn);
-            bth.ack_req = true;
+            bth.ack_req = p.ack_req;
             to_resp.send(now, Wire::Req(bth, p.imm, p.payload.to_vec()));
         }
         for w in to_resp.due(now) {
@@ -203,6 +203,87 @@ fn simulate(
     }
     assert_eq!(req.stats().acked, n as u64);
     delivered
+}
+
+/// surf's engine keeps 4 messages un-ACKed and asks for an ACK only at each
+/// message end; the responder counts 8 AckReq packets but ACKs at every
+/// receive-batch end, so over an in-order link the engine streams and never
+/// waits for its retransmit timeout (a host waiting for the count would stall
+/// it: tests/firmware, notes/firmware-sim.md).
+#[test]
+fn a_four_message_window_streams_without_a_timeout() {
+    let pmtu = 256;
+    let mut req = Requester::new(RequesterConfig {
+        dest_qpn: 7,
+        start_psn: 0xff_ff00,
+        pmtu,
+        window: 4,
+        timeout_ns: 100_000,
+        retry_cnt: 3,
+        rnr_retry: 7,
+    });
+    let mut resp = Responder::new(
+        ResponderConfig {
+            qpn: 7,
+            pmtu,
+            slot_size: 3 * pmtu,
+            min_rnr_timer: 1,
+            ack_every: 8,
+        },
+        0xff_ff00,
+    );
+    for s in 0..64 {
+        resp.post(s);
+    }
+    let n = 300;
+    for i in 0..n {
+        req.submit(frame(i, pmtu), i);
+    }
+    // Each round trip: the requester sends what its window allows, the
+    // responder takes it as one receive batch, and its ACKs arrive 10 us later.
+    let (mut now, mut delivered) = (0u64, 0u32);
+    while !req.is_idle() {
+        assert!(now < 1_000_000_000, "no progress: {:?}", req.stats());
+        let mut batch = Vec::new();
+        while let Some(p) = req.poll_transmit(now) {
+            let mut bth = Bth::new(p.opcode, 7, p.psn);
+            bth.ack_req = p.ack_req;
+            batch.push((bth, p.imm, p.payload.len()));
+        }
+        assert!(batch.len() <= 4 * 3, "more than 4 messages in flight");
+        for (bth, imm, len) in batch {
+            if let Verdict::Place {
+                slot,
+                done: Some(d),
+                ..
+            } = resp.on_packet(&bth, imm, len)
+            {
+                assert_eq!(d.imm, Some(delivered));
+                delivered += 1;
+                resp.post(slot);
+            }
+        }
+        resp.flush();
+        now += 10_000;
+        for r in resp.take_replies().collect::<Vec<_>>() {
+            req.on_ack(
+                r.psn,
+                Aeth {
+                    syndrome: r.syndrome,
+                    msn: r.msn,
+                },
+                now,
+            );
+        }
+        req.on_timer(now);
+    }
+    assert_eq!(delivered, n);
+    let st = req.stats();
+    assert_eq!((st.timeouts, st.retransmits), (0, 0), "{st:?}");
+    assert!(
+        st.acks <= st.submitted / 2,
+        "ACKs coalesce per batch: {st:?}"
+    );
 }
 
 #[test]
