@@ -109,8 +109,14 @@ pub fn check_slab(max_payload: u32, depth: u32, size_flag: &str) -> Result<(), F
     Ok(())
 }
 
-pub fn run(a: DemoArgs) -> Outcome {
-    check_slab(a.size, a.depth, "--size")?;
+/// A connected soft server with its verifier, and the emulator feeding it.
+struct Rig {
+    server: Server,
+    emu: FpgaEmulator,
+    v: Arc<Verifier>,
+}
+
+fn build(a: &DemoArgs) -> Result<Rig, Fail> {
     let e = lib_err(FLAGS);
     let dev = Device::open(&DeviceConfig {
         icrc_check: a.icrc_check.into(),
@@ -130,7 +136,7 @@ pub fn run(a: DemoArgs) -> Outcome {
     if a.faults.any() {
         ecfg.timeout_code = 12;
     }
-    let mut emu = FpgaEmulator::new(ecfg).map_err(&e)?;
+    let emu = FpgaEmulator::new(ecfg).map_err(&e)?;
     server.set_fpga_gid(emu.gid()).map_err(&e)?;
     let v = Arc::new(Verifier {
         next: AtomicU64::new(0),
@@ -144,6 +150,13 @@ pub fn run(a: DemoArgs) -> Outcome {
         .map_err(&e)?;
     let params = ConnectParams::new(emu.qpn(), hp.sq_psn, a.pmtu, 1).map_err(&e)?;
     server.complete_connection(&params).map_err(&e)?;
+    Ok(Rig { server, emu, v })
+}
+
+pub fn run(a: DemoArgs) -> Outcome {
+    check_slab(a.size, a.depth, "--size")?;
+    let Rig { server, mut emu, v } = build(&a)?;
+    let hp = server.host_params();
     println!(
         "rocev2 demo: soft server {}:{} (QP {:#08x}) <- FPGA emulator {} (QP {:#08x}); {} frames x {} B, \
          pmtu {}, {} slots, channels {}{}",
@@ -185,28 +198,30 @@ pub fn run(a: DemoArgs) -> Outcome {
     let elapsed = t0.elapsed();
     bar.finish_and_clear();
     server.stop();
-    streamed.map_err(&e)?;
+    streamed.map_err(out::emulator_err(FLAGS))?;
     let got = v.next.load(Ordering::Relaxed);
     let rate = Rate::of(got, v.bytes.load(Ordering::Relaxed), elapsed);
     report(&a, &server, &emu, got, elapsed, rate)?;
     let err = v.first_error.lock().unwrap().clone();
-    Ok(match err {
-        None if got == a.frames => {
+    Ok(verdict(err, got, a.frames))
+}
+
+/// The verify line and the exit code.
+fn verdict(err: Option<String>, got: u64, frames: u64) -> Exit {
+    match err {
+        None if got == frames => {
             println!("verify           : OK (every byte, order and channel of every frame)");
             Exit::Ok
         }
         None => {
-            println!(
-                "verify           : FAILED: only {got} of {} frames arrived",
-                a.frames
-            );
+            println!("verify           : FAILED: only {got} of {frames} frames arrived");
             Exit::Timeout
         }
         Some(e) => {
             println!("verify           : FAILED: {e}");
             Exit::Verify
         }
-    })
+    }
 }
 
 /// The summary lines (and the UDP ceiling, when asked for).

@@ -95,8 +95,10 @@ enum Cmd {
     VerbsFpga(sim::VerbsFpgaArgs),
     Bench(bench::BenchArgs),
     /// Backends, RDMA devices, ports and GID tables.
+    #[command(after_help = AFTER_HELP)]
     Info,
     /// Library and C ABI versions.
+    #[command(after_help = AFTER_HELP)]
     Version,
 }
 

@@ -126,6 +126,20 @@ pub fn lib_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
     }
 }
 
+/// [`lib_err`] for the FPGA emulator's streaming errors: exhausted retries
+/// (the host does not answer; the library reports them as an I/O error) exit
+/// 5, like the emulator's own timeouts.
+pub fn emulator_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
+    move |e| {
+        let gave_up = e.message().contains("retries exhausted");
+        let mut f = lib_err(flags)(e);
+        if gave_up {
+            f.code = Exit::Timeout;
+        }
+        f
+    }
+}
+
 /// `text` with every whole-word `word` replaced by `by`.
 fn replace_word(text: &str, word: &str, by: &str) -> String {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';

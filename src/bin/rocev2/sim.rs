@@ -101,7 +101,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         |done| bar.set_position(done),
     );
     bar.finish_and_clear();
-    res.map_err(&e)?;
+    res.map_err(out::emulator_err(FLAGS))?;
     let r = Rate::of(a.frames, a.frames * a.size as u64, t0.elapsed());
     let s = emu.stats();
     print_json(json!({
