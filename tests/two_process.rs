@@ -90,8 +90,9 @@ fn cli_errors_are_clear() {
         .args(["recv", "--port", "0", "--fpga-qpn", "1"])
         .output()
         .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--fpga-ip is required"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--fpga-ip <IP>"));
+    assert!(o.stdout.is_empty(), "no host params before the check");
     let o = Command::new(exe)
         .args(["demo", "--faults", "bogus=1"])
         .output()

@@ -1,0 +1,327 @@
+//! Typed, range-checked option values: numbers (decimal or 0x hex) within a
+//! range, seconds, channel lists, fault specs, QPNs read from stdin, GIDs.
+//! clap reports a bad value naming the flag, the value and the valid range.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::marker::PhantomData;
+use std::str::FromStr;
+
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
+use rocev2::emulator::Faults;
+
+/// Largest 24-bit value (QP numbers and PSNs).
+pub const MAX_24BIT: u64 = rocev2::wire::MASK_24 as u64;
+/// Largest receive slot (bytes).
+pub const MAX_PAYLOAD: u64 = rocev2::config::MAX_PAYLOAD_LIMIT as u64;
+/// Largest receive queue depth (slots).
+pub const MAX_DEPTH: u64 = rocev2::config::MAX_RX_QUEUE_DEPTH as u64;
+/// Longest duration accepted, in seconds (one year).
+pub const MAX_SECONDS: f64 = 365.0 * 86400.0;
+
+/// Parses `text` as a u64: decimal, or hex with a 0x prefix.
+pub fn parse_u64(text: &str) -> Option<u64> {
+    let t = text.trim();
+    match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+fn invalid(cmd: &clap::Command, arg: Option<&clap::Arg>, value: &str, why: &str) -> clap::Error {
+    let name = arg.map_or_else(|| "value".to_string(), |a| a.to_string());
+    let mut cmd = cmd.clone();
+    cmd.error(
+        ErrorKind::ValueValidation,
+        format!("invalid value '{value}' for '{name}': {why}"),
+    )
+}
+
+/// An integer option in `min..=max`, converted to `T` (which holds `max`).
+#[derive(Clone)]
+pub struct Num<T> {
+    min: u64,
+    max: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+/// A [`Num`] parser for `min..=max`.
+pub fn num<T>(min: u64, max: u64) -> Num<T> {
+    Num {
+        min,
+        max,
+        _t: PhantomData,
+    }
+}
+
+impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> TypedValueParser for Num<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        let text = value.to_string_lossy();
+        let range = if self.max == u64::MAX {
+            format!("at least {}", self.min)
+        } else if self.max == MAX_24BIT {
+            format!("{}..={} (24 bits, 0x{:x})", self.min, self.max, self.max)
+        } else {
+            format!("{}..={}", self.min, self.max)
+        };
+        let n = parse_u64(&text).ok_or_else(|| {
+            invalid(
+                cmd,
+                arg,
+                &text,
+                &format!("not a number (decimal or 0x hex); valid: {range}"),
+            )
+        })?;
+        if n < self.min || n > self.max {
+            return Err(invalid(
+                cmd,
+                arg,
+                &text,
+                &format!("{n} is out of range; valid: {range}"),
+            ));
+        }
+        T::try_from(n)
+            .map_err(|_| invalid(cmd, arg, &text, &format!("out of range; valid: {range}")))
+    }
+}
+
+/// A duration in seconds: finite, greater than 0 and at most a year.
+pub fn seconds(text: &str) -> Result<f64, String> {
+    let s: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "not a number of seconds (e.g. 0.5, 10)".to_string())?;
+    if !(s > 0.0 && s <= MAX_SECONDS) {
+        return Err(format!(
+            "{s} is out of range: seconds must be > 0 and <= {MAX_SECONDS}"
+        ));
+    }
+    Ok(s)
+}
+
+/// A comma-separated list of channel numbers (0..=255), e.g. `0,1,2,3`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Channels(pub Vec<u8>);
+
+impl FromStr for Channels {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Channels, String> {
+        let v = text
+            .split(',')
+            .map(|c| {
+                c.trim()
+                    .parse::<u8>()
+                    .map_err(|_| format!("channel {:?} is not a number in 0..=255", c.trim()))
+            })
+            .collect::<Result<Vec<u8>, String>>()?;
+        Ok(Channels(v))
+    }
+}
+
+impl fmt::Display for Channels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(u8::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// `--faults drop=P,dup=P,reorder=P,corrupt=P`: probabilities per packet.
+/// Shown back in the same syntax.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaultSpec {
+    pub drop: f64,
+    pub dup: f64,
+    pub reorder: f64,
+    pub corrupt: f64,
+}
+
+impl FaultSpec {
+    /// The emulator's fault settings with RNG seed `seed`.
+    pub fn faults(&self, seed: u64) -> Faults {
+        Faults {
+            seed,
+            drop: self.drop,
+            duplicate: self.dup,
+            reorder: self.reorder,
+            corrupt: self.corrupt,
+        }
+    }
+    /// True when any fault has a probability above 0.
+    pub fn any(&self) -> bool {
+        self.faults(0).any()
+    }
+}
+
+impl FromStr for FaultSpec {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<FaultSpec, String> {
+        let mut f = FaultSpec::default();
+        if spec.trim() == "none" {
+            return Ok(f);
+        }
+        for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not fault=probability, e.g. drop=0.01"))?;
+            let p: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("{v:?} is not a probability (0..1)"))?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{k}={v}: the probability must be in 0..1"));
+            }
+            match k.trim() {
+                "drop" => f.drop = p,
+                "dup" | "duplicate" => f.dup = p,
+                "reorder" => f.reorder = p,
+                "corrupt" => f.corrupt = p,
+                _ => {
+                    return Err(format!(
+                        "unknown fault {k:?}: use drop, dup, reorder or corrupt"
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+impl fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let all = [
+            ("drop", self.drop),
+            ("dup", self.dup),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+        ];
+        let set: Vec<String> = all
+            .iter()
+            .filter(|(_, p)| *p > 0.0)
+            .map(|(k, p)| format!("{k}={p}"))
+            .collect();
+        if set.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&set.join(","))
+        }
+    }
+}
+
+/// `--fpga-qpn N|-`: a 24-bit QPN, or `-` to read it from stdin after the
+/// host params are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpnArg {
+    Stdin,
+    Qpn(u32),
+}
+
+/// Parses a 24-bit QPN (decimal or 0x hex).
+pub fn qpn24(text: &str) -> Result<u32, String> {
+    match parse_u64(text) {
+        Some(n) if n <= MAX_24BIT => Ok(n as u32),
+        Some(n) => Err(format!(
+            "{n:#x} is out of range 0..=0xffffff (QP numbers are 24 bits)"
+        )),
+        None => Err(format!(
+            "{:?} is not a QP number (decimal or 0x hex, 24 bits)",
+            text.trim()
+        )),
+    }
+}
+
+impl FromStr for QpnArg {
+    type Err = String;
+    fn from_str(text: &str) -> Result<QpnArg, String> {
+        if text.trim() == "-" {
+            Ok(QpnArg::Stdin)
+        } else {
+            qpn24(text).map(QpnArg::Qpn)
+        }
+    }
+}
+
+/// A GID: an IPv4 address (IPv4-mapped GID) or a full GID.
+pub fn gid(text: &str) -> Result<rocev2::Gid, String> {
+    rocev2::Gid::parse(text).map_err(|_| {
+        format!("{text:?} is not an IPv4 address (10.0.0.1) or a GID (0000:...:ffff:0a00:0001)")
+    })
+}
+
+/// `--icrc-check`: what the soft backend does with received ICRCs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum IcrcArg {
+    Auto,
+    Off,
+    Require,
+}
+
+impl From<IcrcArg> for rocev2::IcrcCheck {
+    fn from(a: IcrcArg) -> Self {
+        match a {
+            IcrcArg::Auto => rocev2::IcrcCheck::Auto,
+            IcrcArg::Off => rocev2::IcrcCheck::Off,
+            IcrcArg::Require => rocev2::IcrcCheck::Require,
+        }
+    }
+}
+
+/// The path MTU for code `pmtu` (already range-checked by clap).
+pub fn mtu(pmtu: u32) -> rocev2::Mtu {
+    rocev2::Mtu::from_code(pmtu).expect("--pmtu is range-checked 1..=5")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_accept_hex() {
+        assert_eq!(parse_u64("0x4242"), Some(0x4242));
+        assert_eq!(parse_u64("17"), Some(17));
+        assert_eq!(parse_u64("-1"), None);
+        assert_eq!(parse_u64("0xg"), None);
+    }
+
+    #[test]
+    fn faults_round_trip_in_their_own_syntax() {
+        let f: FaultSpec = "drop=0.01,duplicate=0.02,reorder=0.5".parse().unwrap();
+        assert_eq!(f.to_string(), "drop=0.01,dup=0.02,reorder=0.5");
+        assert_eq!(f.to_string().parse::<FaultSpec>().unwrap(), f);
+        assert_eq!(FaultSpec::default().to_string(), "none");
+        assert_eq!("none".parse::<FaultSpec>().unwrap(), FaultSpec::default());
+        assert!("drop=2".parse::<FaultSpec>().unwrap_err().contains("0..1"));
+        assert!("bogus=1"
+            .parse::<FaultSpec>()
+            .unwrap_err()
+            .contains("unknown fault"));
+        assert!("drop".parse::<FaultSpec>().is_err());
+    }
+
+    #[test]
+    fn channels_and_qpns() {
+        assert_eq!("0, 1,255".parse::<Channels>().unwrap().0, vec![0, 1, 255]);
+        assert!("0,256".parse::<Channels>().is_err());
+        assert_eq!("-".parse::<QpnArg>().unwrap(), QpnArg::Stdin);
+        assert_eq!("0xffffff".parse::<QpnArg>().unwrap(), QpnArg::Qpn(0xffffff));
+        assert!("0x1000000"
+            .parse::<QpnArg>()
+            .unwrap_err()
+            .contains("24 bits"));
+    }
+
+    #[test]
+    fn seconds_are_bounded() {
+        assert_eq!(seconds("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "nan", "inf", "1e300", "x"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+    }
+}

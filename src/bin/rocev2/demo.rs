@@ -1,0 +1,295 @@
+//! `rocev2 demo`: a soft server and the FPGA emulator in one process over
+//! loopback; every byte, the order and the channel of every frame verified.
+
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rocev2::bench::{udp_ceiling, Rate};
+use rocev2::emulator::pattern;
+use rocev2::emulator::{EmulatorConfig, FpgaEmulator};
+use rocev2::{ConnectParams, Device, Frame, Server, ServerConfig, SoftConfig};
+
+use crate::args::{self, num, Channels, FaultSpec, IcrcArg, MAX_DEPTH, MAX_PAYLOAD};
+use crate::out::{self, lib_err, FlagNames};
+use crate::{Exit, Fail, Outcome, AFTER_HELP};
+
+const FLAGS: FlagNames = &[
+    ("maxPayload", "--size"),
+    ("rxQueueDepth", "--depth"),
+    ("pmtu", "--pmtu"),
+];
+
+/// Soft server + FPGA emulator in one process over loopback; verifies every frame
+///
+/// The emulator streams pattern frames to a soft-backend server over
+/// loopback; every byte, the order and the channel of every frame are
+/// verified, then the throughput and both sides' counters are printed.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+pub struct DemoArgs {
+    /// Frames to stream
+    #[arg(long, value_name = "N", default_value = "200000", value_parser = num::<u64>(1, u64::MAX))]
+    frames: u64,
+    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
+    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
+    size: u32,
+    /// Channels, used in turn (the immediate data's low byte)
+    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
+    channels: Channels,
+    /// Receive slots of the server
+    #[arg(long, value_name = "SLOTS", default_value = "256", value_parser = num::<u32>(1, MAX_DEPTH))]
+    depth: u32,
+    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
+    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
+    pmtu: u32,
+    /// Faults the emulator injects, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "none",
+        hide_default_value = true
+    )]
+    faults: FaultSpec,
+    /// Seed of the fault injection
+    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u64>(0, u64::MAX))]
+    seed: u64,
+    /// Also measure raw loopback UDP for this long, as a reference
+    #[arg(long, value_name = "SECONDS", value_parser = args::seconds)]
+    udp_ceiling: Option<f64>,
+    /// Received ICRCs: auto checks them by raw capture when allowed (CAP_NET_RAW), else counts them unchecked; require fails without CAP_NET_RAW
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    icrc_check: IcrcArg,
+}
+
+/// Checks frames in order against the emulator's pattern.
+struct Verifier {
+    next: AtomicU64,
+    bytes: AtomicU64,
+    first_error: Mutex<Option<String>>,
+    channels: Vec<u8>,
+}
+
+impl Verifier {
+    fn check(&self, f: &Frame) {
+        let want = self.next.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(f.len() as u64, Ordering::Relaxed);
+        let err = match pattern::check(f.data()) {
+            Err(e) => Some(e),
+            Ok(seq) if seq != want => Some(format!("frame {seq} arrived where {want} was due")),
+            Ok(seq)
+                if f.channel() != self.channels[(seq % self.channels.len() as u64) as usize] =>
+            {
+                Some(format!("frame {seq} arrived on channel {}", f.channel()))
+            }
+            Ok(_) => None,
+        };
+        if let Some(e) = err {
+            self.first_error.lock().unwrap().get_or_insert(e);
+        }
+    }
+}
+
+/// Checks what clap cannot: the slab (`size_flag` x --depth) fits 32 bits.
+pub fn check_slab(max_payload: u32, depth: u32, size_flag: &str) -> Result<(), Fail> {
+    let cfg = ServerConfig {
+        max_payload,
+        rx_queue_depth: depth,
+        ..Default::default()
+    };
+    if cfg.slab_bytes() > u32::MAX as u64 {
+        return Err(Fail::usage(format!(
+            "{size_flag} {max_payload} x --depth {depth} = {} bytes of receive slots exceeds \
+             4 GiB - 1 (the FPGA's MR length field is 32 bits): lower {size_flag} or --depth",
+            cfg.slab_bytes()
+        )));
+    }
+    Ok(())
+}
+
+/// A connected soft server with its verifier, and the emulator feeding it.
+struct Rig {
+    server: Server,
+    emu: FpgaEmulator,
+    v: Arc<Verifier>,
+}
+
+fn build(a: &DemoArgs) -> Result<Rig, Fail> {
+    let e = lib_err(FLAGS);
+    let dev = Device::open(
+        &SoftConfig {
+            icrc_check: a.icrc_check.into(),
+            ..SoftConfig::ephemeral("127.0.0.1")
+        }
+        .into(),
+    )
+    .map_err(&e)?;
+    let cfg = ServerConfig {
+        max_payload: a.size,
+        rx_queue_depth: a.depth,
+        ..Default::default()
+    };
+    let server = Server::create(&dev, &cfg).map_err(&e)?;
+    let hp = server.host_params();
+    let mut ecfg = EmulatorConfig::for_server(&hp).map_err(&e)?;
+    ecfg.pmtu = args::mtu(a.pmtu);
+    ecfg.faults = a.faults.faults(a.seed);
+    if a.faults.any() {
+        ecfg.timeout_code = 12;
+    }
+    let emu = FpgaEmulator::new(ecfg).map_err(&e)?;
+    server.set_fpga_gid(emu.gid()).map_err(&e)?;
+    let v = Arc::new(Verifier {
+        next: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        first_error: Mutex::new(None),
+        channels: a.channels.0.clone(),
+    });
+    let v2 = v.clone();
+    server
+        .set_frame_callback(move |f| v2.check(&f))
+        .map_err(&e)?;
+    let params = ConnectParams::new(emu.qpn(), hp.sq_psn, a.pmtu, 1).map_err(&e)?;
+    server.complete_connection(&params).map_err(&e)?;
+    Ok(Rig { server, emu, v })
+}
+
+pub fn run(a: DemoArgs) -> Outcome {
+    check_slab(a.size, a.depth, "--size")?;
+    let Rig { server, mut emu, v } = build(&a)?;
+    let hp = server.host_params();
+    println!(
+        "rocev2 demo: soft server {}:{} (QP {:#08x}) <- FPGA emulator {} (QP {:#08x}); {} frames x {} B, \
+         pmtu {}, {} slots, channels {}{}",
+        Ipv4Addr::LOCALHOST,
+        hp.udp_port,
+        hp.qpn,
+        emu.local_addr(),
+        emu.qpn(),
+        a.frames,
+        a.size,
+        128u32 << a.pmtu,
+        a.depth,
+        a.channels,
+        if a.faults.any() {
+            format!(", faults {}", a.faults)
+        } else {
+            String::new()
+        }
+    );
+    let bar = out::progress(Some(a.frames), "frames");
+    let t0 = Instant::now();
+    let streamed = emu.stream(
+        a.frames,
+        a.size as usize,
+        &a.channels.0,
+        64, // a short queue, like the FPGA's ring
+        Duration::from_secs(3600),
+        |done| {
+            bar.set_position(done);
+            let r = Rate::of(done, done * a.size as u64, t0.elapsed());
+            bar.set_message(format!("{:.2} Gbit/s", r.gbit));
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while streamed.is_ok() && v.next.load(Ordering::Relaxed) < a.frames && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let elapsed = t0.elapsed();
+    bar.finish_and_clear();
+    server.stop();
+    streamed.map_err(out::emulator_err(FLAGS))?;
+    let got = v.next.load(Ordering::Relaxed);
+    let rate = Rate::of(got, v.bytes.load(Ordering::Relaxed), elapsed);
+    report(&a, &server, &emu, got, elapsed, rate)?;
+    let err = v.first_error.lock().unwrap().clone();
+    Ok(verdict(err, got, a.frames))
+}
+
+/// The verify line and the exit code.
+fn verdict(err: Option<String>, got: u64, frames: u64) -> Exit {
+    match err {
+        None if got == frames => {
+            println!("verify           : OK (every byte, order and channel of every frame)");
+            Exit::Ok
+        }
+        None => {
+            println!("verify           : FAILED: only {got} of {frames} frames arrived");
+            Exit::Timeout
+        }
+        Some(e) => {
+            println!("verify           : FAILED: {e}");
+            Exit::Verify
+        }
+    }
+}
+
+/// The summary lines (and the UDP ceiling, when asked for).
+fn report(
+    a: &DemoArgs,
+    server: &Server,
+    emu: &FpgaEmulator,
+    got: u64,
+    elapsed: Duration,
+    rate: Rate,
+) -> Result<(), Fail> {
+    let s = server.stats();
+    let e = emu.stats();
+    println!(
+        "frames delivered : {got} of {} in {:.3} s",
+        a.frames,
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "throughput       : {:.3} Gbit/s, {:.0} frames/s",
+        rate.gbit, rate.per_sec
+    );
+    println!(
+        "emulator         : {} packets, {} retransmits, {} RNR NAKs, {} seq NAKs, {} timeouts",
+        e.requester.packets,
+        e.requester.retransmits,
+        e.requester.rnr_naks,
+        e.requester.seq_naks,
+        e.requester.timeouts
+    );
+    if a.faults.any() {
+        println!(
+            "faults injected  : {} dropped, {} duplicated, {} reordered, {} corrupted",
+            e.dropped, e.duplicated, e.reordered, e.corrupted
+        );
+    }
+    println!(
+        "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks, {} socket drops",
+        s.soft().packets_rx, s.soft().acks_tx, s.soft().rnr_naks_tx, s.soft().seq_naks_tx, s.soft().duplicates, s.parks, s.soft().socket_drops
+    );
+    println!(
+        "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \
+         ICRC {} checked, {} unchecked",
+        s.soft().payload_direct, s.soft().payload_copied, s.soft().icrc_checked, s.soft().icrc_unchecked
+    );
+    if s.soft().icrc_errors > 0 {
+        println!(
+            "ICRC errors      : {} packets dropped for a bad ICRC (resent by the emulator)",
+            s.soft().icrc_errors
+        );
+    }
+    if let Some(secs) = a.udp_ceiling {
+        let mtu_bytes = 128usize << a.pmtu;
+        let size = a.size as usize;
+        let wire =
+            rocev2::wire::Packet::wire_len(rocev2::wire::Opcode::SendOnlyImm, size.min(mtu_bytes));
+        let c = udp_ceiling(wire, Duration::from_secs_f64(secs)).map_err(lib_err(FLAGS))?;
+        let pkts_per_frame = size.div_ceil(mtu_bytes) as f64;
+        println!(
+            "UDP ceiling      : {:.3} Gbit/s, {:.0} datagrams/s of {wire} B (raw loopback, same batching); \
+             demo/ceiling = {:.2} (packets/s)",
+            c.gbit,
+            c.per_sec,
+            rate.per_sec * pkts_per_frame / c.per_sec
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! `rocev2` command-line tool: a soft-backend demo, a receive server, the
+//! FPGA emulator, a verbs requester, benchmarks and a device report.
+//!
+//! Every value is parsed and range-checked by clap before anything is
+//! created; errors name the flag. Exit codes: see [`Exit`].
+
+mod args;
+mod bench;
+mod demo;
+mod info;
+mod out;
+mod record;
+mod recv;
+mod sim;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// What the process exit code means (documented in `--help` and the README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Everything asked for was done.
+    Ok = 0,
+    /// A runtime error: device, server, socket or file.
+    Runtime = 1,
+    /// A usage error: unknown option, bad or out-of-range value.
+    Usage = 2,
+    /// `recv`: no frame arrived before the idle timeout.
+    NoFrames = 3,
+    /// A received frame failed verification (bytes, order or channel).
+    Verify = 4,
+    /// Frames stopped arriving before the requested count (the idle
+    /// timeout), or the emulator gave up retrying (its retry timeout).
+    Timeout = 5,
+}
+
+/// Shown under every command's help.
+pub const AFTER_HELP: &str = "\
+Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).
+`rocev2 help COMMAND` or `rocev2 COMMAND --help` shows a command's options and defaults.
+
+Exit codes:
+  0  success
+  1  runtime error (device, server, socket, file)
+  2  usage error (unknown option, bad or out-of-range value)
+  3  recv: no frame arrived before --idle-timeout
+  4  verification failed (a frame's bytes, order or channel)
+  5  timeout: fewer frames than --frames arrived, or the emulator ran out of retries
+  SIGPIPE ends the process quietly when stdout is a pipe closed early (`rocev2 info | head -1`)";
+
+/// A failed command: the message (naming the flag) and the exit code.
+#[derive(Debug)]
+pub struct Fail {
+    pub code: Exit,
+    pub msg: String,
+}
+
+impl Fail {
+    pub fn usage(msg: impl Into<String>) -> Fail {
+        Fail {
+            code: Exit::Usage,
+            msg: msg.into(),
+        }
+    }
+    pub fn runtime(msg: impl Into<String>) -> Fail {
+        Fail {
+            code: Exit::Runtime,
+            msg: msg.into(),
+        }
+    }
+}
+
+pub type Outcome = Result<Exit, Fail>;
+
+#[derive(Parser)]
+#[command(
+    name = "rocev2",
+    about = "RoCEv2 RC receive server for FPGA data streams: soft backend, verbs backend, FPGA emulator",
+    after_help = AFTER_HELP,
+    arg_required_else_help = true,
+    max_term_width = 100
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    Demo(demo::DemoArgs),
+    Recv(recv::RecvArgs),
+    FpgaSim(sim::FpgaSimArgs),
+    #[cfg(feature = "verbs")]
+    VerbsFpga(sim::VerbsFpgaArgs),
+    Bench(bench::BenchArgs),
+    /// Backends, RDMA devices, ports and GID tables.
+    #[command(after_help = AFTER_HELP)]
+    Info,
+    /// Library and C ABI versions.
+    #[command(after_help = AFTER_HELP)]
+    Version,
+}
+
+fn version_line() -> String {
+    format!("{} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION)
+}
+
+/// Restores the default SIGPIPE action, so a closed stdout pipe ends the
+/// process quietly (as for any Unix filter) instead of a panic in `println!`.
+fn default_sigpipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler code; it is called
+    // before any thread is started, and the library sends only on UDP and
+    // AF_PACKET sockets, which never raise SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn command() -> clap::Command {
+    // clap wants a &'static str for the version; built once per process.
+    let version: &'static str = Box::leak(version_line().into_boxed_str());
+    Cli::command().version(version)
+}
+
+fn main() -> ExitCode {
+    default_sigpipe();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let matches = command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let (name, res) = match cli.cmd {
+        Cmd::Demo(a) => ("demo", demo::run(a)),
+        Cmd::Recv(a) => ("recv", recv::run(a)),
+        Cmd::FpgaSim(a) => ("fpga-sim", sim::fpga_sim(a)),
+        #[cfg(feature = "verbs")]
+        Cmd::VerbsFpga(a) => ("verbs-fpga", sim::verbs_fpga(a)),
+        Cmd::Bench(a) => ("bench", bench::run(a)),
+        Cmd::Info => ("info", info::run()),
+        Cmd::Version => {
+            println!("rocev2 {}", version_line());
+            ("version", Ok(Exit::Ok))
+        }
+    };
+    match res {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(f) => {
+            eprintln!("rocev2 {name}: error: {}", f.msg);
+            if f.code == Exit::Usage {
+                eprintln!("\nFor more information, try 'rocev2 help {name}'.");
+            }
+            ExitCode::from(f.code as u8)
+        }
+    }
+}

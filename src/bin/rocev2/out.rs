@@ -1,0 +1,226 @@
+//! Output and error plumbing: JSON lines, progress on a terminal, library
+//! errors mapped back to the flags that set the value, early bind checks.
+
+use std::io::{IsTerminal, Write};
+use std::net::{SocketAddrV4, UdpSocket};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rocev2::ErrorKind;
+
+use crate::{Exit, Fail};
+
+/// serde_json formatting with a space after `:` and `,` (`{"qpn": 1, ...}`),
+/// the layout scripts grep for (tests/vm/bench-verbs.sh).
+struct Spaced;
+
+impl serde_json::ser::Formatter for Spaced {
+    fn begin_object_key<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn begin_array_value<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+}
+
+/// One JSON line (no trailing newline).
+pub fn json_line(v: &serde_json::Value) -> String {
+    let mut buf = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, Spaced);
+    serde::Serialize::serialize(v, &mut ser).expect("a Value always serializes");
+    String::from_utf8(buf).expect("serde_json writes UTF-8")
+}
+
+/// Prints one JSON line on stdout and flushes it (a reader may be waiting).
+pub fn print_json(v: serde_json::Value) {
+    println!("{}", json_line(&v));
+    let _ = std::io::stdout().flush();
+}
+
+/// `x` rounded to 3 decimals (rates in the JSON lines).
+pub fn round3(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 1000.0).round() / 1000.0
+    } else {
+        0.0
+    }
+}
+
+/// A progress bar on stderr when stderr is a terminal; hidden otherwise.
+/// `total` None draws a spinner with the count.
+pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let (bar, template) = match total {
+        Some(n) => (
+            ProgressBar::with_draw_target(Some(n), target),
+            format!("[{{bar:30}}] {{percent:>3}}%  {{pos}}/{{len}} {what}  {{msg}}"),
+        ),
+        None => (
+            ProgressBar::with_draw_target(None, target),
+            format!("{{spinner}} {{pos}} {what}  {{msg}}"),
+        ),
+    };
+    bar.set_style(
+        ProgressStyle::with_template(&template)
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Library field names and the flag that sets each, for one command.
+pub type FlagNames = &'static [(&'static str, &'static str)];
+
+/// Flags of commands that create a server (`--max-payload` in recv).
+pub const SERVER_FLAGS: FlagNames = &[
+    ("maxPayload", "--max-payload"),
+    ("rxQueueDepth", "--depth"),
+    ("fpgaQpn", "--fpga-qpn"),
+    ("fpgaRqPsn", "--fpga-psn"),
+    ("minRnrTimer", "--rnr"),
+    ("pmtu", "--pmtu"),
+    ("gid_index", "--gid-index"),
+    ("gidIndex", "--gid-index"),
+    ("udp_port", "--port"),
+    ("ib_port", "--ib-port"),
+];
+
+/// A library error as a [`Fail`]: library field names replaced by `flags`,
+/// invalid arguments exit 2, timeouts 5, everything else 1.
+pub fn lib_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
+    move |e| {
+        let mut msg = e.message().to_string();
+        for (field, flag) in flags {
+            msg = replace_word(&msg, field, flag);
+        }
+        let code = match e.kind() {
+            ErrorKind::InvalidArgument => Exit::Usage,
+            ErrorKind::Timeout => Exit::Timeout,
+            _ => Exit::Runtime,
+        };
+        Fail { code, msg }
+    }
+}
+
+/// [`lib_err`] for the FPGA emulator's streaming errors: exhausted retries
+/// (the host does not answer; the library reports them as an I/O error) exit
+/// 5, like the emulator's own timeouts.
+pub fn emulator_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
+    move |e| {
+        let gave_up = e.message().contains("retries exhausted");
+        let mut f = lib_err(flags)(e);
+        if gave_up {
+            f.code = Exit::Timeout;
+        }
+        f
+    }
+}
+
+/// `text` with every whole-word `word` replaced by `by`.
+fn replace_word(text: &str, word: &str, by: &str) -> String {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(word) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + word.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        if before.map_or(true, |c| !is_word(c)) && after.map_or(true, |c| !is_word(c)) {
+            out.push_str(by);
+        } else {
+            out.push_str(word);
+        }
+        rest = &rest[at + word.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Checks that UDP `addr` can be bound before anything is created, with an
+/// error naming `flags` (the options that set the address).
+pub fn check_bind(addr: SocketAddrV4, flags: &str) -> Result<(), Fail> {
+    UdpSocket::bind(addr).map(drop).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                "another process (a rocev2 server, rdma_rxe) holds it: pick another port \
+                 (0 = any free port)"
+            }
+            std::io::ErrorKind::AddrNotAvailable => {
+                "the address is not configured on this host (see `ip -4 addr`)"
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                "ports below 1024 need root or CAP_NET_BIND_SERVICE"
+            }
+            _ => "check the address and port",
+        };
+        Fail::runtime(format!("{flags}: cannot bind UDP {addr}: {e}; {hint}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_keep_the_spaced_layout() {
+        let v =
+            serde_json::json!({"qpn": 5, "gid": "::1", "list": [1, 2], "rate": round3(2.41234)});
+        assert_eq!(
+            json_line(&v),
+            r#"{"qpn": 5, "gid": "::1", "list": [1, 2], "rate": 2.412}"#
+        );
+    }
+
+    #[test]
+    fn library_fields_become_flags() {
+        let e = rocev2::Error::invalid("maxPayload must be in the range 1..9; got 0");
+        let f = lib_err(SERVER_FLAGS)(e);
+        assert_eq!(f.msg, "--max-payload must be in the range 1..9; got 0");
+        assert_eq!(f.code, Exit::Usage);
+        assert_eq!(
+            replace_word("pmtu_x pmtu", "pmtu", "--pmtu"),
+            "pmtu_x --pmtu"
+        );
+    }
+
+    #[test]
+    fn a_bound_port_is_reported_with_the_flag() {
+        let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(a) = held.local_addr().unwrap() else {
+            unreachable!()
+        };
+        let f = check_bind(a, "--bind/--port").unwrap_err();
+        assert!(
+            f.msg
+                .starts_with("--bind/--port: cannot bind UDP 127.0.0.1:"),
+            "{}",
+            f.msg
+        );
+        assert!(f.msg.contains("pick another port"), "{}", f.msg);
+    }
+    use std::net::SocketAddr;
+}

@@ -1,0 +1,335 @@
+//! `rocev2 recv`: a server (soft or verbs) that prints its host params as one
+//! JSON line, receives frames (counting, verifying, recording them) and ends
+//! with a JSON summary.
+
+use std::io::BufRead;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rocev2::emulator::pattern;
+use rocev2::{
+    ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig, SoftConfig, Stats,
+    VerbsConfig,
+};
+use serde_json::json;
+
+use crate::args::{self, num, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX_PAYLOAD};
+use crate::demo::check_slab;
+use crate::out::{self, lib_err, print_json, round3, SERVER_FLAGS};
+use crate::record::RogueWriter;
+use crate::{Exit, Fail, Outcome, AFTER_HELP};
+
+/// A server (soft or verbs): prints host params as JSON, counts / verifies / records frames
+///
+/// Prints the host params as one JSON line on stdout (qpn, rq_psn, sq_psn,
+/// mr_addr, mr_len, mr_rkey, gid, udp_port), completes the connection, then
+/// receives frames until --frames or --idle-timeout: counts them, checks the
+/// emulator's pattern (--verify), records them (--out) and prints one JSON
+/// summary line (frames, bytes, verify_errors, seconds, gbit_per_s,
+/// frames_per_s, rnr_naks, seq_naks, ...). The rate is measured from the
+/// first to the last frame.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+pub struct RecvArgs {
+    /// RDMA device (`rocev2 info` lists them), or soft for the userspace backend
+    #[arg(long, value_name = "soft|NAME", default_value = "soft")]
+    device: String,
+    /// soft: local IPv4 address to bind (the host GID)
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    bind: Ipv4Addr,
+    /// soft: UDP port to bind (0 = any free port, reported as udp_port)
+    #[arg(long, value_name = "N", default_value = "4791", value_parser = num::<u16>(0, 65535))]
+    port: u16,
+    /// soft: UDP port of the FPGA, where ACKs go (0 = reply to each packet's source port)
+    #[arg(long, value_name = "N", default_value = "4791", value_parser = num::<u16>(0, 65535))]
+    peer_port: u16,
+    /// The FPGA's IPv4 address (or GID)
+    #[arg(long, value_name = "IP", required = true, value_parser = args::gid)]
+    fpga_ip: Gid,
+    /// The FPGA's QP number, or - to read it from stdin after the host params are printed
+    #[arg(long, value_name = "N|-", required = true)]
+    fpga_qpn: QpnArg,
+    /// The first PSN the FPGA sends [default: the host SQ PSN, sq_psn]
+    #[arg(long, value_name = "N", value_parser = num::<u32>(0, MAX_24BIT))]
+    fpga_psn: Option<u32>,
+    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
+    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
+    pmtu: u32,
+    /// Min RNR NAK timer code the host advertises (12 = 0.64 ms; IBA table 45)
+    #[arg(long, value_name = "0..31", default_value = "12", value_parser = num::<u32>(0, 31))]
+    rnr: u32,
+    /// Receive slots
+    #[arg(long, value_name = "SLOTS", default_value = "256", value_parser = num::<u32>(1, MAX_DEPTH))]
+    depth: u32,
+    /// Bytes per receive slot: the largest frame the FPGA may send
+    #[arg(long, value_name = "BYTES", default_value = "9000", value_parser = num::<u32>(1, MAX_PAYLOAD))]
+    max_payload: u32,
+    /// verbs: GID table index of the host's RoCE v2 IPv4 address
+    #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u8>(0, 255))]
+    gid_index: u8,
+    /// verbs: device port
+    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u8>(1, 255))]
+    ib_port: u8,
+    /// soft: received ICRCs: auto checks them by raw capture when allowed (CAP_NET_RAW), else counts them unchecked; require fails without CAP_NET_RAW
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    icrc_check: IcrcArg,
+    /// Stop after N frames [default: run until --idle-timeout]
+    #[arg(long, value_name = "N", value_parser = num::<u64>(1, u64::MAX))]
+    frames: Option<u64>,
+    /// Stop when no frame arrives for this long
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = args::seconds)]
+    idle_timeout: f64,
+    /// Record the frames to FILE in rogue's data file format (pyrogue FileReader, rogue StreamReader)
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Check every frame against the emulator's pattern (bytes and order)
+    #[arg(long)]
+    verify: bool,
+    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops
+    #[arg(long, value_name = "S", value_parser = args::seconds)]
+    stats_interval: Option<f64>,
+}
+
+pub fn run(a: RecvArgs) -> Outcome {
+    check_slab(a.max_payload, a.depth, "--max-payload")?;
+    if a.device == "soft" {
+        out::check_bind(SocketAddrV4::new(a.bind, a.port), "--bind/--port")?;
+    }
+    let mut rec = match &a.out {
+        Some(p) => Some(RogueWriter::create(p).map_err(|e| {
+            Fail::runtime(format!(
+                "--out {}: cannot create the file: {e}",
+                p.display()
+            ))
+        })?),
+        None => None,
+    };
+    let e = lib_err(SERVER_FLAGS);
+    let dc: DeviceConfig = match a.device.as_str() {
+        "soft" => SoftConfig {
+            bind_addr: a.bind.to_string(),
+            udp_port: a.port,
+            peer_udp_port: a.peer_port,
+            icrc_check: a.icrc_check.into(),
+        }
+        .into(),
+        name => VerbsConfig {
+            gid_index: a.gid_index,
+            ib_port: a.ib_port,
+            ..VerbsConfig::new(name)
+        }
+        .into(),
+    };
+    let dev = Device::open(&dc).map_err(&e)?;
+    let cfg = ServerConfig {
+        max_payload: a.max_payload,
+        rx_queue_depth: a.depth,
+        ..Default::default()
+    };
+    let server = Server::create(&dev, &cfg).map_err(&e)?;
+    let hp = server.host_params();
+    print_json(json!({
+        "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
+        "mr_len": hp.mr_len, "mr_rkey": hp.mr_rkey, "gid": hp.gid.to_string(), "udp_port": hp.udp_port,
+    }));
+    let fpga_qpn = match a.fpga_qpn {
+        QpnArg::Qpn(q) => q,
+        QpnArg::Stdin => qpn_from_stdin()?,
+    };
+    let psn = a.fpga_psn.unwrap_or(hp.sq_psn);
+    let params = ConnectParams::new(fpga_qpn, psn, a.pmtu, a.rnr).map_err(&e)?;
+    server.set_fpga_gid(a.fpga_ip).map_err(&e)?;
+    server.complete_connection(&params).map_err(&e)?;
+    eprintln!(
+        "rocev2 recv: connected to FPGA {} QP {fpga_qpn:#x}; waiting for frames",
+        a.fpga_ip
+            .ipv4()
+            .map_or(a.fpga_ip.to_string(), |ip| ip.to_string())
+    );
+    let t = receive(&server, &a, &mut rec)?;
+    let s = server.stats();
+    server.stop();
+    summary(&t, &s, rec)?;
+    Ok(if t.bad > 0 {
+        Exit::Verify
+    } else if t.frames == 0 {
+        Exit::NoFrames
+    } else if a.frames.is_some_and(|n| t.frames < n) {
+        Exit::Timeout
+    } else {
+        Exit::Ok
+    })
+}
+
+/// `--fpga-qpn -`: one line from stdin.
+fn qpn_from_stdin() -> Result<u32, Fail> {
+    let mut line = String::new();
+    let n = std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| Fail::runtime(format!("--fpga-qpn -: reading stdin failed: {e}")))?;
+    if n == 0 {
+        return Err(Fail::usage(
+            "--fpga-qpn -: stdin ended before a QP number arrived",
+        ));
+    }
+    args::qpn24(&line).map_err(|why| Fail::usage(format!("--fpga-qpn - (read from stdin): {why}")))
+}
+
+/// What the receive loop saw.
+#[derive(Default)]
+struct Tally {
+    frames: u64,
+    bytes: u64,
+    /// Frames that failed --verify.
+    bad: u64,
+    first_error: Option<String>,
+    /// Arrival of the first and the last frame, and the first frame's size
+    /// (the rate covers the frames after the first, over that span).
+    first: Option<Instant>,
+    last: Option<Instant>,
+    first_len: u64,
+}
+
+impl Tally {
+    fn add(&mut self, f: &Frame, verify: bool) {
+        let now = Instant::now();
+        if self.first.is_none() {
+            self.first = Some(now);
+            self.first_len = f.len() as u64;
+        }
+        self.last = Some(now);
+        if verify {
+            if let Err(e) = pattern::check(f.data()).and_then(|seq| match seq == self.frames {
+                true => Ok(()),
+                false => Err(format!("frame {seq} arrived where {} was due", self.frames)),
+            }) {
+                self.bad += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
+        self.frames += 1;
+        self.bytes += f.len() as u64;
+    }
+    /// Seconds from the first to the last frame.
+    fn span(&self) -> f64 {
+        match (self.first, self.last) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => 0.0,
+        }
+    }
+    /// Gbit/s and frames/s between the first and the last frame.
+    fn rate(&self) -> (f64, f64) {
+        let secs = self.span();
+        if self.frames < 2 || secs <= 0.0 {
+            return (0.0, 0.0);
+        }
+        let bits = (self.bytes - self.first_len) as f64 * 8.0;
+        (bits / secs / 1e9, (self.frames - 1) as f64 / secs)
+    }
+}
+
+/// Periodic `--stats-interval` lines: totals and the rate since the last line.
+struct Ticker {
+    every: Duration,
+    t0: Instant,
+    next: Instant,
+    last: (Instant, u64, u64),
+}
+
+impl Ticker {
+    fn new(secs: f64) -> Ticker {
+        let every = Duration::from_secs_f64(secs);
+        let now = Instant::now();
+        Ticker {
+            every,
+            t0: now,
+            next: now + every,
+            last: (now, 0, 0),
+        }
+    }
+    fn line(&mut self, t: &Tally, s: &Stats) -> String {
+        let now = Instant::now();
+        let dt = (now - self.last.0).as_secs_f64().max(1e-9);
+        let gbit = (t.bytes - self.last.2) as f64 * 8.0 / dt / 1e9;
+        let fps = (t.frames - self.last.1) as f64 / dt;
+        self.last = (now, t.frames, t.bytes);
+        while self.next <= now {
+            self.next += self.every;
+        }
+        format!(
+            "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
+             seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}",
+            (now - self.t0).as_secs_f64(),
+            t.frames,
+            s.soft().seq_naks_tx,
+            s.soft().rnr_naks_tx,
+            s.soft().socket_drops,
+            s.soft().duplicates
+        )
+    }
+}
+
+fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Result<Tally, Fail> {
+    let idle = Duration::from_secs_f64(a.idle_timeout);
+    let want = a.frames.unwrap_or(u64::MAX);
+    let bar = out::progress(a.frames, "frames");
+    let mut ticker = a.stats_interval.map(Ticker::new);
+    let mut t = Tally::default();
+    let mut active = Instant::now();
+    while t.frames < want {
+        let now = Instant::now();
+        let idle_left = idle.saturating_sub(now - active);
+        if idle_left.is_zero() {
+            bar.suspend(|| eprintln!("rocev2 recv: no frame for {idle:?}; stopping"));
+            break;
+        }
+        let wait = match &ticker {
+            Some(tk) => tk.next.saturating_duration_since(now).min(idle_left),
+            None => idle_left,
+        };
+        if let Some(f) = server
+            .poll_frame(Some(wait))
+            .map_err(lib_err(SERVER_FLAGS))?
+        {
+            t.add(&f, a.verify);
+            if let Some(w) = rec.as_mut() {
+                w.write(f.channel(), f.data()).map_err(Fail::runtime)?;
+            }
+            active = Instant::now();
+            bar.inc(1);
+        }
+        if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
+            let line = tk.line(&t, &server.stats());
+            bar.suspend(|| eprintln!("{line}"));
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(e) = &t.first_error {
+        eprintln!(
+            "rocev2 recv: verify: {} frames failed; the first: {e}",
+            t.bad
+        );
+    }
+    Ok(t)
+}
+
+fn summary(t: &Tally, s: &Stats, rec: Option<RogueWriter>) -> Result<(), Fail> {
+    let (gbit, fps) = t.rate();
+    let mut v = json!({
+        "frames": t.frames, "bytes": t.bytes, "verify_errors": t.bad, "seconds": round3(t.span()),
+        "gbit_per_s": round3(gbit), "frames_per_s": fps.round(), "rnr_naks": s.soft().rnr_naks_tx,
+        "seq_naks": s.soft().seq_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
+        "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
+        "icrc_unchecked": s.soft().icrc_unchecked,
+    });
+    if let Some(w) = rec {
+        v["recorded"] = json!(w.records);
+        v["recorded_skipped_empty"] = json!(w.skipped_empty);
+        w.finish().map_err(Fail::runtime)?;
+    }
+    print_json(v);
+    Ok(())
+}

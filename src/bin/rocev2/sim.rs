@@ -1,0 +1,213 @@
+//! The FPGA side: `rocev2 fpga-sim` (the soft emulator over UDP) and
+//! `rocev2 verbs-fpga` (an RC requester on an RDMA device).
+
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rocev2::bench::Rate;
+use rocev2::emulator::{EmulatorConfig, FpgaEmulator};
+use serde_json::json;
+
+use crate::args::{self, num, Channels, FaultSpec, MAX_24BIT, MAX_PAYLOAD};
+use crate::out::{self, lib_err, print_json, round3, FlagNames};
+use crate::{Exit, Outcome, AFTER_HELP};
+
+const FLAGS: FlagNames = &[("pmtu", "--pmtu"), ("udp_port", "--bind")];
+
+/// The FPGA emulator, pointed at a server by its host params
+///
+/// surf's RoCEv2 engine in software: streams pattern frames to a server
+/// (`rocev2 recv` prints the values for --host, --host-qpn and --psn), with
+/// optional seeded fault injection; prints one JSON summary line.
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+pub struct FpgaSimArgs {
+    /// The server's address: its IP and UDP port (udp_port of `rocev2 recv`)
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:4791")]
+    host: SocketAddrV4,
+    /// The server's QP number (qpn)
+    #[arg(long, value_name = "N", required = true, value_parser = num::<u32>(0, MAX_24BIT))]
+    host_qpn: u32,
+    /// The first PSN to send: the host SQ PSN (sq_psn)
+    #[arg(long, value_name = "N", required = true, value_parser = num::<u32>(0, MAX_24BIT))]
+    psn: u32,
+    /// The emulator's own QP number [default: random]
+    #[arg(long, value_name = "N", value_parser = num::<u32>(0, MAX_24BIT))]
+    qpn: Option<u32>,
+    /// Local address to send from (port 0 = any)
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:0")]
+    bind: SocketAddrV4,
+    /// Frames to stream
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = num::<u64>(1, u64::MAX))]
+    frames: u64,
+    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
+    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
+    size: u32,
+    /// Channels, used in turn (the immediate data's low byte)
+    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
+    channels: Channels,
+    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
+    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
+    pmtu: u32,
+    /// Faults to inject, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "none",
+        hide_default_value = true
+    )]
+    faults: FaultSpec,
+    /// Seed of the fault injection
+    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u64>(0, u64::MAX))]
+    seed: u64,
+    /// Local ACK timeout code: 4.096 us x 2^code (14 = 67 ms, surf's default)
+    #[arg(long, value_name = "0..31", default_value = "14", value_parser = num::<u8>(0, 31))]
+    timeout_code: u8,
+    /// Messages un-ACKed at most (surf's engine: 4; deeper engines more)
+    #[arg(long, value_name = "MESSAGES", default_value = "4", value_parser = num::<usize>(1, 1024))]
+    window: usize,
+    /// Retries after a timeout before a frame fails (IB 3-bit count)
+    #[arg(long, value_name = "0..7", default_value = "7", value_parser = num::<u32>(0, 7))]
+    retry_cnt: u32,
+    /// Retries after an RNR NAK (IB 3-bit count; 7 = forever)
+    #[arg(long, value_name = "0..7", default_value = "7", value_parser = num::<u32>(0, 7))]
+    rnr_retry: u32,
+}
+
+pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
+    out::check_bind(a.bind, "--bind")?;
+    let mut cfg = EmulatorConfig::new(a.bind, a.host, a.host_qpn, a.psn);
+    if let Some(q) = a.qpn {
+        cfg.qpn = q;
+    }
+    cfg.pmtu = args::mtu(a.pmtu);
+    cfg.faults = a.faults.faults(a.seed);
+    cfg.timeout_code = a.timeout_code;
+    cfg.window = a.window;
+    cfg.retry_cnt = a.retry_cnt;
+    cfg.rnr_retry = a.rnr_retry;
+    let e = lib_err(FLAGS);
+    let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
+    eprintln!(
+        "rocev2 fpga-sim: {} QP {:#x} -> {} QP {:#x} from PSN {:#x}{}",
+        emu.local_addr(),
+        emu.qpn(),
+        a.host,
+        a.host_qpn,
+        a.psn,
+        if a.faults.any() {
+            format!("; faults {}", a.faults)
+        } else {
+            String::new()
+        }
+    );
+    let bar = out::progress(Some(a.frames), "frames");
+    let t0 = Instant::now();
+    let res = emu.stream(
+        a.frames,
+        a.size as usize,
+        &a.channels.0,
+        64,
+        Duration::from_secs(3600),
+        |done| bar.set_position(done),
+    );
+    bar.finish_and_clear();
+    res.map_err(out::emulator_err(FLAGS))?;
+    let r = Rate::of(a.frames, a.frames * a.size as u64, t0.elapsed());
+    let s = emu.stats();
+    print_json(json!({
+        "frames": a.frames, "gbit_per_s": round3(r.gbit), "retransmits": s.requester.retransmits,
+        "rnr_naks": s.requester.rnr_naks, "seq_naks": s.requester.seq_naks,
+        "timeouts": s.requester.timeouts,
+    }));
+    Ok(Exit::Ok)
+}
+
+/// `--fill`: what verbs-fpga writes into its send buffers.
+#[cfg(feature = "verbs")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fill {
+    Pattern,
+    None,
+}
+
+/// An RC requester on an RDMA device playing the FPGA (rdma_rxe, a spare NIC)
+///
+/// Prints its QPN and GID as one JSON line, waits for a line on stdin (the
+/// host has completed its connection), then streams frames and prints one
+/// JSON summary line.
+#[cfg(feature = "verbs")]
+#[derive(Args, Debug)]
+#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+pub struct VerbsFpgaArgs {
+    /// RDMA device (`rocev2 info` lists them)
+    #[arg(long, value_name = "NAME", required = true)]
+    device: String,
+    /// Device port
+    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u8>(1, 255))]
+    ib_port: u8,
+    /// GID table index of this side's RoCE v2 IPv4 address
+    #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u8>(0, 255))]
+    gid_index: u8,
+    /// The server's QP number (qpn)
+    #[arg(long, value_name = "N", required = true, value_parser = num::<u32>(0, MAX_24BIT))]
+    host_qpn: u32,
+    /// The server's GID (gid)
+    #[arg(long, value_name = "GID", required = true, value_parser = args::gid)]
+    host_gid: rocev2::Gid,
+    /// The first PSN to send: the host SQ PSN (sq_psn)
+    #[arg(long, value_name = "N", required = true, value_parser = num::<u32>(0, MAX_24BIT))]
+    psn: u32,
+    /// Frames to stream
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = num::<u64>(1, u64::MAX))]
+    frames: u64,
+    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
+    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
+    size: u32,
+    /// Channels, used in turn (the immediate data's low byte)
+    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
+    channels: Channels,
+    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
+    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
+    pmtu: u32,
+    /// Sends in flight
+    #[arg(long, value_name = "N", default_value = "16", value_parser = num::<u32>(1, 4096))]
+    inflight: u32,
+    /// What the send buffers hold: the emulator's pattern (verifiable by `recv --verify`), or none (sent as they are, like ib_send_bw, for benchmarks)
+    #[arg(long, value_name = "WHAT", default_value = "pattern")]
+    fill: Fill,
+}
+
+#[cfg(feature = "verbs")]
+pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
+    use rocev2::{emulator::verbs::VerbsRequester, verbs::VerbsDevice};
+    use std::sync::Arc;
+    let e = lib_err(&[("gid_index", "--gid-index"), ("ib_port", "--ib-port")]);
+    let dev = VerbsDevice::open(&a.device, a.ib_port, a.gid_index).map_err(&e)?;
+    let mut req =
+        VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.size as usize).map_err(&e)?;
+    let gid = req.gid().map_err(&e)?;
+    print_json(json!({"qpn": req.qpn(), "gid": gid.to_string()}));
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|err| crate::Fail::runtime(format!("reading stdin failed: {err}")))?;
+    req.connect(a.host_qpn, a.host_gid, a.psn, args::mtu(a.pmtu))
+        .map_err(&e)?;
+    let fill = a.fill == Fill::Pattern;
+    let st = req
+        .stream_with(
+            a.frames,
+            a.size as usize,
+            &a.channels.0,
+            Duration::from_secs(600),
+            fill,
+        )
+        .map_err(&e)?;
+    print_json(json!({
+        "frames": st.frames, "gbit_per_s": round3(st.bytes as f64 * 8.0 / st.seconds / 1e9),
+        "frames_per_s": (st.frames as f64 / st.seconds).round(),
+    }));
+    Ok(Exit::Ok)
+}

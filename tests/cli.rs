@@ -1,0 +1,502 @@
+//! The `rocev2` command line as a user meets it: help for every command,
+//! `help CMD`, `--version`, typos, value ranges, errors that name the flag
+//! and come before anything is created, exit codes, a closed stdout pipe,
+//! the periodic stats line, and `recv --out` recordings read back with a
+//! reader written from rogue's data file format description.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::UdpSocket;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Output, Stdio};
+
+use rocev2::emulator::pattern;
+use serde_json::Value;
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_rocev2")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(exe()).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A usage error: exit 2, nothing on stdout, stderr containing every `want`.
+fn usage_error(args: &[&str], want: &[&str]) {
+    let o = run(args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(o.stdout.is_empty(), "{args:?} printed {}", text(&o.stdout));
+    for w in want {
+        assert!(err.contains(w), "{args:?}: {w:?} not in {err}");
+    }
+}
+
+const COMMANDS: &[&str] = &[
+    "demo",
+    "recv",
+    "fpga-sim",
+    "verbs-fpga",
+    "bench",
+    "info",
+    "version",
+];
+
+#[test]
+fn every_command_has_help_with_defaults() {
+    for cmd in COMMANDS {
+        let o = run(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd} --help: {}", text(&o.stderr));
+        let help = text(&o.stdout);
+        assert!(help.contains(&format!("Usage: rocev2 {cmd}")), "{help}");
+        // `rocev2 help CMD` is the same page.
+        let o = run(&["help", cmd]);
+        assert!(o.status.success());
+        assert_eq!(text(&o.stdout), help, "rocev2 help {cmd}");
+        assert!(help.contains("Exit codes:"), "{help}");
+    }
+    let help = text(&run(&["demo", "--help"]).stdout);
+    for want in [
+        "--frames <N>",
+        "[default: 200000]",
+        "[default: 4096]",
+        "--faults <SPEC>",
+    ] {
+        assert!(help.contains(want), "{want:?} not in {help}");
+    }
+    let help = text(&run(&["recv", "--help"]).stdout);
+    for want in [
+        "--idle-timeout <SECONDS>",
+        "[default: 10]",
+        "--stats-interval <S>",
+        "rogue's data file format",
+        "[possible values: auto, off, require]",
+    ] {
+        assert!(help.contains(want), "{want:?} not in {help}");
+    }
+    let help = text(&run(&["fpga-sim", "--help"]).stdout);
+    assert!(help.contains("[default: 127.0.0.1:4791]"), "{help}");
+    // Every command is listed at the top level; no command exits 2.
+    let top = run(&["--help"]);
+    assert!(top.status.success());
+    for cmd in COMMANDS {
+        assert!(text(&top.stdout).contains(cmd), "{cmd}");
+    }
+    let none = run(&[]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(text(&none.stderr).contains("Usage: rocev2 <COMMAND>"));
+}
+
+#[test]
+fn version_flag_and_command() {
+    let want = format!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
+    for args in [&["--version"][..], &["version"], &["-V"]] {
+        let o = run(args);
+        assert!(o.status.success());
+        assert_eq!(text(&o.stdout).trim(), want, "{args:?}");
+    }
+}
+
+#[test]
+fn typos_are_rejected_with_suggestions() {
+    // Before: `demo --frame 1000` ran 200000 frames and exited 0.
+    usage_error(
+        &["demo", "--frame", "1000"],
+        &["unexpected argument '--frame'", "'--frames'"],
+    );
+    usage_error(&["dmeo"], &["unrecognized subcommand 'dmeo'", "'demo'"]);
+    usage_error(&["recv", "--verfy"], &["'--verify'"]);
+    usage_error(&["help", "dmeo"], &["dmeo"]);
+}
+
+#[test]
+fn values_are_typed_and_range_checked() {
+    // Before: 5000000000 wrapped to a u32.
+    usage_error(
+        &["demo", "--size", "5000000000"],
+        &["'--size <BYTES>'", "5000000000", "8..=1073741824"],
+    );
+    usage_error(&["demo", "--frames", "0"], &["--frames", "at least 1"]);
+    usage_error(&["demo", "--size", "7"], &["--size", "8..=1073741824"]);
+    usage_error(&["demo", "--size", "-5"], &["--size", "not a number"]);
+    usage_error(&["demo", "--pmtu", "6"], &["--pmtu", "1..=5"]);
+    usage_error(&["demo", "--depth", "65537"], &["--depth", "1..=65536"]);
+    usage_error(&["demo", "--channels", "0,256"], &["--channels", "256"]);
+    usage_error(&["demo", "--faults", "drop=2"], &["--faults", "0..1"]);
+    usage_error(
+        &["demo", "--faults", "bogus=1"],
+        &["--faults", "unknown fault"],
+    );
+    usage_error(&["demo", "--udp-ceiling", "-1"], &["--udp-ceiling", "> 0"]);
+    usage_error(
+        &["demo", "--icrc-check", "maybe"],
+        &["--icrc-check", "require"],
+    );
+    usage_error(&["demo", "--frames"], &["--frames"]);
+    let recv = ["recv", "--fpga-ip", "127.0.0.1", "--fpga-qpn"];
+    usage_error(
+        &[&recv[..], &["0x1000000"]].concat(),
+        &["--fpga-qpn", "24 bits"],
+    );
+    usage_error(
+        &[&recv[..], &["1", "--rnr", "32"]].concat(),
+        &["--rnr", "0..=31"],
+    );
+    usage_error(
+        &[&recv[..], &["1", "--port", "65536"]].concat(),
+        &["--port", "0..=65535"],
+    );
+    usage_error(
+        &[&recv[..], &["1", "--fpga-psn", "0x1000000"]].concat(),
+        &["--fpga-psn"],
+    );
+    usage_error(
+        &[&recv[..], &["1", "--bind", "localhost"]].concat(),
+        &["--bind"],
+    );
+    usage_error(
+        &[&recv[..], &["1", "--idle-timeout", "0"]].concat(),
+        &["--idle-timeout"],
+    );
+    usage_error(
+        &["recv", "--fpga-ip", "10.0.0", "--fpga-qpn", "1"],
+        &["--fpga-ip", "not an IPv4 address"],
+    );
+    usage_error(
+        &[
+            "fpga-sim",
+            "--host-qpn",
+            "1",
+            "--psn",
+            "1",
+            "--host",
+            "1.2.3.4",
+        ],
+        &["--host"],
+    );
+    usage_error(&["bench", "--seconds", "nan"], &["--seconds"]);
+    // Hex is accepted where numbers are.
+    let o = run(&[
+        "demo",
+        "--frames",
+        "0x40",
+        "--size",
+        "0x100",
+        "--channels",
+        "7",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("64 frames x 256 B"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn errors_name_flags_and_come_before_anything_is_created() {
+    // Before: recv created a server and printed host params, then found
+    // --fpga-ip missing.
+    usage_error(
+        &["recv", "--port", "0", "--fpga-qpn", "1"],
+        &["--fpga-ip <IP>"],
+    );
+    usage_error(
+        &["recv", "--port", "0", "--fpga-ip", "127.0.0.1"],
+        &["--fpga-qpn"],
+    );
+    // The slab, named by the flags that size it (not maxPayload).
+    usage_error(
+        &["recv", "--fpga-ip", "127.0.0.1", "--fpga-qpn", "1"]
+            .iter()
+            .chain(&["--port", "0", "--max-payload", "65536", "--depth", "65536"])
+            .copied()
+            .collect::<Vec<_>>(),
+        &[
+            "--max-payload 65536 x --depth 65536",
+            "lower --max-payload or --depth",
+        ],
+    );
+    usage_error(
+        &["demo", "--size", "0x10000", "--depth", "0x10000"],
+        &["--size 65536 x --depth 65536", "4 GiB"],
+    );
+    // A port in use: exit 1, the flags and the cause, nothing printed on stdout.
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port().to_string();
+    let o = run(&[
+        "recv",
+        "--port",
+        &port,
+        "--fpga-ip",
+        "127.0.0.1",
+        "--fpga-qpn",
+        "1",
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+    assert!(
+        err.contains(&format!("--bind/--port: cannot bind UDP 127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(err.contains("in use"), "{err}");
+    // --faults is echoed in its own syntax.
+    let o = run(&[
+        "demo",
+        "--frames",
+        "300",
+        "--size",
+        "64",
+        "--faults",
+        "duplicate=0.01",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains(", faults dup=0.01\n"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+/// Before: `rocev2 info | head -1` panicked (exit 101). Its stdout here is a
+/// pipe whose reader is gone before rocev2 starts, so the first write fails.
+#[test]
+fn a_closed_stdout_pipe_ends_the_process_quietly() {
+    for args in [
+        &["info"][..],
+        &["--help"],
+        &["demo", "--frames", "10", "--size", "64"],
+    ] {
+        let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+        let write_end = reader.stdin.take().unwrap();
+        reader.wait().unwrap();
+        let child = Command::new(exe())
+            .args(args)
+            .stdout(Stdio::from(write_end))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = text(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(
+            o.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?} {err}",
+            o.status
+        );
+    }
+}
+
+/// `rocev2 recv` on a free port with ACKs to the source port, its host
+/// params line parsed.
+fn recv(extra: &[&str]) -> (Child, BufReader<std::process::ChildStdout>, Value) {
+    let mut child = Command::new(exe())
+        .args([
+            "recv",
+            "--port",
+            "0",
+            "--peer-port",
+            "0",
+            "--fpga-ip",
+            "127.0.0.1",
+        ])
+        .args([
+            "--fpga-qpn",
+            "0x4242",
+            "--max-payload",
+            "4096",
+            "--depth",
+            "64",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let params: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    (child, out, params)
+}
+
+/// `rocev2 fpga-sim` streaming `frames` frames of `size` bytes to `params`.
+fn fpga_sim(params: &Value, frames: u64, size: usize, channels: &str, extra: &[&str]) -> Output {
+    let o = Command::new(exe())
+        .args([
+            "fpga-sim",
+            "--host",
+            &format!("127.0.0.1:{}", params["udp_port"]),
+        ])
+        .args(["--host-qpn", &params["qpn"].to_string()])
+        .args(["--psn", &params["sq_psn"].to_string(), "--qpn", "0x4242"])
+        .args(["--frames", &frames.to_string(), "--size", &size.to_string()])
+        .args(["--channels", channels])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    o
+}
+
+/// The JSON summary line and the exit code of a finished recv.
+fn finish(mut child: Child, mut out: BufReader<std::process::ChildStdout>) -> (Value, i32, String) {
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let code = child.wait().unwrap().code().unwrap();
+    let v = serde_json::from_str(rest.trim()).unwrap_or_else(|e| panic!("{e}: {rest:?} {err}"));
+    (v, code, err)
+}
+
+#[test]
+fn recv_exit_codes_mean_something() {
+    // Nothing sent: exit 3; the periodic stats line came while waiting.
+    let (child, out, params) = recv(&["--idle-timeout", "0.6", "--stats-interval", "0.2"]);
+    for key in [
+        "qpn", "rq_psn", "sq_psn", "mr_addr", "mr_len", "mr_rkey", "udp_port",
+    ] {
+        assert!(params[key].is_u64(), "{key} in {params}");
+    }
+    assert!(params["gid"].as_str().unwrap().ends_with("ffff:7f00:0001"));
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(code, 3, "{sum} {err}");
+    assert_eq!(sum["frames"], 0);
+    assert!(
+        err.contains("0 frames") && err.contains("RNR NAKs 0"),
+        "{err}"
+    );
+    // Fewer frames than --frames: exit 5 (timeout), the frames counted.
+    let (child, out, params) = recv(&["--frames", "20", "--idle-timeout", "1"]);
+    fpga_sim(&params, 8, 512, "0", &[]);
+    let (sum, code, err) = finish(child, out);
+    assert_eq!((code, sum["frames"].as_u64()), (5, Some(8)), "{sum} {err}");
+    // Damaged frames (a corrupting link, ICRCs unchecked): exit 4.
+    let (child, out, params) = recv(&["--frames", "300", "--verify", "--icrc-check", "off"]);
+    let faults = [
+        "--faults",
+        "corrupt=0.2",
+        "--seed",
+        "5",
+        "--timeout-code",
+        "8",
+    ];
+    fpga_sim(&params, 300, 1024, "0", &faults);
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(code, 4, "{sum} {err}");
+    assert!(sum["verify_errors"].as_u64().unwrap() > 0, "{sum}");
+    assert!(err.contains("verify:"), "{err}");
+}
+
+#[test]
+fn fpga_sim_without_a_server_times_out_with_exit_5() {
+    // A bound socket that never answers: the emulator exhausts its retries.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let host = silent.local_addr().unwrap().to_string();
+    let o = run(
+        &["fpga-sim", "--host", &host, "--host-qpn", "1", "--psn", "0"]
+            .iter()
+            .chain(&["--frames", "1", "--timeout-code", "1"])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o.stderr));
+}
+
+/// One record of rogue's data file format, parsed from its description
+/// (rogue docs/src/built_in_modules/utilities/fileio/format.rst): headerA =
+/// payload bytes + 4, headerB = channel[31:24] error[23:16] flags[15:0],
+/// both little-endian, then the payload.
+struct Record<'a> {
+    channel: u8,
+    error: u8,
+    flags: u16,
+    payload: &'a [u8],
+}
+
+fn rogue_records(mut file: &[u8]) -> Vec<Record<'_>> {
+    let mut v = Vec::new();
+    while !file.is_empty() {
+        assert!(file.len() >= 8, "a truncated header at the end");
+        let a = u32::from_le_bytes(file[..4].try_into().unwrap()) as usize;
+        let b = u32::from_le_bytes(file[4..8].try_into().unwrap());
+        assert!(
+            a >= 4 && file.len() >= 4 + a,
+            "record size {a} overruns the file"
+        );
+        v.push(Record {
+            channel: (b >> 24) as u8,
+            error: (b >> 16) as u8,
+            flags: b as u16,
+            payload: &file[8..4 + a],
+        });
+        file = &file[4 + a..];
+    }
+    v
+}
+
+#[test]
+fn recv_out_writes_rogues_data_file_format() {
+    let dir = std::env::temp_dir().join(format!("rocev2-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.dat");
+    let (n, size, channels) = (1500u64, 3000usize, [0u8, 5, 255]);
+    let (child, out, params) = recv(&[
+        "--frames",
+        &n.to_string(),
+        "--verify",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    // Drops and reordering: the recording still holds each frame once, in order.
+    let faults = ["--faults", "drop=0.01,reorder=0.01", "--timeout-code", "10"];
+    fpga_sim(&params, n, size, "0,5,255", &faults);
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(code, 0, "{sum} {err}");
+    assert_eq!(
+        (sum["recorded"].as_u64(), sum["verify_errors"].as_u64()),
+        (Some(n), Some(0))
+    );
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(file.len() as u64, n * (8 + size as u64));
+    let recs = rogue_records(&file);
+    assert_eq!(recs.len() as u64, n);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r.channel, channels[i % 3], "record {i}");
+        assert_eq!((r.error, r.flags), (0, 0), "record {i}");
+        assert!(
+            r.payload == pattern::make(i as u64, size),
+            "record {i} differs"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn recv_out_to_an_unwritable_path_fails_before_the_server_starts() {
+    let o = run(&[
+        "recv",
+        "--port",
+        "0",
+        "--fpga-ip",
+        "127.0.0.1",
+        "--fpga-qpn",
+        "1",
+        "--out",
+        "/nonexistent-dir/x.dat",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+    assert!(text(&o.stderr).contains("--out /nonexistent-dir/x.dat: cannot create"));
+}
