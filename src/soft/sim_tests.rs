@@ -78,6 +78,20 @@ fn frame(i: u32, pmtu: u32) -> Vec<u8> {
     (0..len).map(|k| (i as usize * 7 + k) as u8).collect()
 }
 
+/// The responder as the soft backend configures it, for frames up to 3 x pmtu.
+fn responder(pmtu: u32, first_psn: u32) -> Responder {
+    Responder::new(
+        ResponderConfig {
+            qpn: 7,
+            pmtu,
+            slot_size: 3 * pmtu,
+            min_rnr_timer: 1,
+            ack_every: 8,
+        },
+        first_psn,
+    )
+}
+
 /// Runs `n` frames through; returns the delivered imms in order.
 fn simulate(
     seed: u64,
@@ -99,16 +113,7 @@ fn simulate(
         retry_cnt: 1000,
         rnr_retry: 7,
     });
-    let mut resp = Responder::new(
-        ResponderConfig {
-            qpn: 7,
-            pmtu,
-            slot_size: 3 * pmtu,
-            min_rnr_timer: 1,
-            ack_every: 8,
-        },
-        start,
-    );
+    let mut resp = responder(pmtu, start);
     let mut slab = vec![vec![0u8; 3 * pmtu as usize]; slots as usize];
     for s in 0..slots {
         resp.post(s);
@@ -222,16 +227,7 @@ fn a_four_message_window_streams_without_a_timeout() {
         retry_cnt: 3,
         rnr_retry: 7,
     });
-    let mut resp = Responder::new(
-        ResponderConfig {
-            qpn: 7,
-            pmtu,
-            slot_size: 3 * pmtu,
-            min_rnr_timer: 1,
-            ack_every: 8,
-        },
-        0xff_ff00,
-    );
+    let mut resp = responder(pmtu, 0xff_ff00);
     for s in 0..64 {
         resp.post(s);
     }
