@@ -49,11 +49,14 @@ for p in $NEED; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
-    say "installing$missing"
+    say "installing$missing with apt-get, for the VM: qemu-system-x86 runs Debian's stock kernel" \
+        "(this host's kernel has no rdma_rxe); busybox-static, cpio, kmod, xz-utils and binutils build" \
+        "its initramfs; iproute2, rdma-core and ibverbs-providers set up the rxe devices inside it." \
+        "apt-get runs with --no-remove: it aborts rather than remove anything already installed."
     export DEBIAN_FRONTEND=noninteractive
-    { apt-get install -y -q --no-install-recommends $missing ||
-      { apt-get update -q && apt-get install -y -q --no-install-recommends $missing; }; } >&2 \
-        || cannot "apt-get install$missing failed"
+    inst=(apt-get install -y -q --no-install-recommends --no-remove)
+    { "${inst[@]}" $missing || { apt-get update -q && "${inst[@]}" $missing; }; } >&2 \
+        || cannot "apt-get install$missing failed (it removes nothing: install them by hand)"
 fi
 
 # ---------------------------------------------------------------- the guest --
@@ -75,10 +78,15 @@ halt() { echo "guest-init: $*"; sync; poweroff -f; }
 mount -t 9p -o $o,ro,cache=loose root /lower || halt "9p root"
 mount -t 9p -o $o,cache=none job /job || halt "9p job"
 mount -t tmpfs none /upper; mkdir -p /upper/u /upper/w
-mount -t overlay none -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /new \
-    || mount --bind /lower /new
+# The overlay makes every host path writable in the guest, /tmp included, and
+# keeps what the host has there: a checkout under /tmp stays visible. Only
+# without overlayfs (read-only root) does /tmp become an empty tmpfs.
+if ! mount -t overlay none -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /new; then
+    echo "guest-init: no overlayfs: read-only root, empty tmpfs on /tmp"
+    mount --bind /lower /new; mount -t tmpfs none /new/tmp
+fi
 for d in proc sys dev; do mount --move /$d /new/$d; done
-mount -t tmpfs none /new/run; mount -t tmpfs none /new/tmp
+mount -t tmpfs none /new/run
 mkdir -p /new/run/job /new/run/netns /new/dev/pts /new/dev/shm
 mount -t devpts none /new/dev/pts; mount -t tmpfs none /new/dev/shm
 ln -sf /proc/self/fd /new/dev/fd; ln -sf /proc/self/fd/0 /new/dev/stdin
@@ -87,8 +95,8 @@ mount --move /job /new/run/job
 mkdir -p /new/lib/modules/$KV && mount --bind /lib/modules/$KV /new/lib/modules/$KV
 # bash reads its script in pieces and seeks, which 9p without a cache does
 # not keep straight: run a copy from tmpfs.
-cp /new/run/job/guest.sh /new/tmp/guest.sh
-chroot /new /bin/bash /tmp/guest.sh </new/dev/null >/new/run/job/stdout 2>/new/run/job/stderr
+cp /new/run/job/guest.sh /new/run/guest.sh
+chroot /new /bin/bash /run/guest.sh </new/dev/null >/new/run/job/stdout 2>/new/run/job/stderr
 echo $? > /new/run/job/rc.raw
 sync; poweroff -f
 SH
@@ -104,7 +112,7 @@ KEY=$(printf '%s\n' "$INIT" "$INIT_MODS" "$MORE_MODS" | sha256sum | cut -c1-10)
 G="$CACHE/$KV-$KEY"
 
 build_guest() {
-    say "building the guest ($KPKG) in $G"
+    say "building the guest in $G: downloading $KPKG (about 70 MB; unpacked there, never installed)"
     rm -rf "$CACHE/$KV"-* && mkdir -p "$G/deb" "$G/ir" && chmod 777 "$G/deb"
     (cd "$G/deb" && apt-get download -q "$KPKG" >&2) || cannot "downloading $KPKG failed"
     dpkg-deb -x "$G"/deb/*.deb "$G/k"
@@ -218,7 +226,7 @@ RXE2_GID_IDX=$(gid_of rxe2 $RXE2_IP) || fail "rxe2 has no RoCE v2 GID"
 echo "rxe ready: gid idx $RXE0_GID_IDX $RXE1_GID_IDX $RXE2_GID_IDX" >&5
 . /run/job/env
 export RXE0_GID_IDX RXE1_GID_IDX RXE2_GID_IDX RXE0_IP RXE1_IP RXE2_IP PEER_IP ROCEV2_IN_RXE_VM=1
-cd "$CWD" 2>/dev/null || cd /
+cd "$CWD" || fail "cannot enter the caller's directory $CWD in the guest (is it on a filesystem the guest does not see?)"
 "${CMD[@]}"
 rc=$?
 echo $rc > /run/job/rc
