@@ -43,20 +43,67 @@ broken() { say "$*"; exit 125; }
 [ $# -gt 0 ] || { echo "usage: $0 [--] COMMAND [ARGS...]" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || cannot "must run as root (9p passthrough of /, apt-get)"
 
-NEED="qemu-system-x86 busybox-static cpio kmod xz-utils binutils iproute2 rdma-core ibverbs-providers"
-missing=""
-for p in $NEED; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-    say "installing$missing with apt-get, for the VM: qemu-system-x86 runs Debian's stock kernel" \
-        "(this host's kernel has no rdma_rxe); busybox-static, cpio, kmod, xz-utils and binutils build" \
-        "its initramfs; iproute2, rdma-core and ibverbs-providers set up the rxe devices inside it." \
-        "apt-get runs with --no-remove: it aborts rather than remove anything already installed."
+# One setup at a time (apt, the unpacked qemu, the guest build in the cache).
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
+# What the VM needs from apt, and why. Nothing already installed is removed,
+# replaced or upgraded: apt-get runs with --no-remove on the missing packages only.
+NEED="busybox-static cpio kmod xz-utils binutils iproute2 rdma-core ibverbs-providers"
+QEMU_DEBS="qemu-system-x86 qemu-system-common qemu-system-data seabios ipxe-qemu"
+missing_of() {
+    local p
+    for p; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || printf ' %s' "$p"; done
+}
+apt_install() {
     export DEBIAN_FRONTEND=noninteractive
-    inst=(apt-get install -y -q --no-install-recommends --no-remove)
-    { "${inst[@]}" $missing || { apt-get update -q && "${inst[@]}" $missing; }; } >&2 \
-        || cannot "apt-get install$missing failed (it removes nothing: install them by hand)"
+    local inst=(apt-get install -y -q --no-install-recommends --no-remove)
+    { "${inst[@]}" "$@" || { apt-get update -q && "${inst[@]}" "$@"; }; } >&2 \
+        || cannot "apt-get install $* failed (it removes nothing: install them by hand)"
+}
+missing=$(missing_of $NEED)
+if [ -n "$missing" ]; then
+    say "installing$missing with apt-get: busybox-static, cpio, kmod, xz-utils and binutils build the" \
+        "guest's initramfs from Debian's stock kernel (this host's kernel has no rdma_rxe); iproute2," \
+        "rdma-core and ibverbs-providers set up the rxe devices inside it"
+    apt_install $missing
+fi
+# qemu: the host's own qemu-system-x86_64 if there is one; else Debian's
+# package when installing it removes nothing; else (e.g. a newer qemu-utils
+# that Breaks this release's qemu-system-common) its packages are unpacked
+# into the cache, never installed, and only their missing libraries installed.
+QEMU=qemu-system-x86_64
+QEMU_L=()
+if ! command -v "$QEMU" >/dev/null; then
+    removes=$(apt-get install -s --no-install-recommends qemu-system-x86 2>/dev/null | awk '/^Remv/{print $2}' | sort -u | tr '\n' ' ')
+    if [ -z "$removes" ] && apt-get install -s --no-install-recommends qemu-system-x86 >/dev/null 2>&1; then
+        say "installing qemu-system-x86 with apt-get: the emulator the VM runs in"
+        apt_install qemu-system-x86
+    else
+        Q="$CACHE/qemu"
+        if [ ! -x "$Q/usr/bin/$QEMU" ]; then
+            say "installing qemu-system-x86 would remove ${removes:-packages} here: unpacking" \
+                "$QEMU_DEBS into $Q instead (never installed)"
+            rm -rf "$Q" && mkdir -p "$Q/deb" && chmod 777 "$Q/deb"
+            (cd "$Q/deb" && apt-get download -q $QEMU_DEBS >&2) || cannot "downloading $QEMU_DEBS failed"
+            for d in "$Q"/deb/*.deb; do dpkg-deb -x "$d" "$Q"; done
+            rm -rf "$Q/deb"
+            # The firmware links point at /usr/share/...: point them into the cache.
+            find "$Q/usr/share" -type l -lname '/usr/*' | while read -r l; do
+                ln -sfn "$Q$(readlink "$l")" "$l"
+            done
+        fi
+        libs=$(apt-cache depends qemu-system-x86 qemu-system-common 2>/dev/null \
+            | awk '/^ *Depends:/{print $2}' | grep -v '^<' | grep -Ev '^(qemu-|seabios$|ipxe-qemu$)' | sort -u)
+        missing=$(missing_of $libs)
+        if [ -n "$missing" ]; then
+            say "installing the libraries the unpacked qemu needs:$missing"
+            apt_install $missing
+        fi
+        QEMU="$Q/usr/bin/$QEMU"
+        QEMU_L=(-L "$Q/usr/share/qemu" -L "$Q/usr/share/seabios")
+    fi
 fi
 
 # ---------------------------------------------------------------- the guest --
@@ -150,9 +197,6 @@ build_guest() {
     rm -rf "$G/deb" "$G/k" "$ir"
     touch "$G/ready"
 }
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock 9
 [ -f "$G/ready" ] || build_guest
 flock -u 9
 
@@ -243,7 +287,7 @@ QARGS=(-accel tcg -M q35 -cpu max -smp "$SMP" -m "$MEM" -nodefaults -display non
        -virtfs "local,path=$JOB,mount_tag=job,security_model=none")
 t0=$(date +%s%N)
 set +e
-timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${QARGS[@]}" </dev/null
+timeout -k 10 "$TIMEOUT" "$QEMU" "${QEMU_L[@]}" "${QARGS[@]}" </dev/null
 qrc=$?
 set -e
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
