@@ -919,7 +919,9 @@ pub unsafe extern "C" fn rocev2_gid_format(
 
 /// Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
 /// `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
-/// ROCEV2_ERR_NOT_FOUND when none matches.
+/// ROCEV2_ERR_NO_DEVICE ("No RDMA devices found on this host") or
+/// ROCEV2_ERR_DEVICE_NOT_FOUND when sysfs lists no such device, checked first;
+/// ROCEV2_ERR_NOT_FOUND when no GID matches.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_detect_gid_index(
     device: *const c_char,
@@ -946,6 +948,7 @@ pub unsafe extern "C" fn rocev2_detect_gid_index(
         let ip: Ipv4Addr = ip
             .parse()
             .map_err(|_| Error::invalid(format!("fpga_ip {ip:?} is not an IPv4 address")))?;
+        crate::gid::check_device_listed(Path::new(root), dev)?;
         match crate::gid::detect_gid_index(Path::new(root), dev, ip, ib_port) {
             Some(i) => {
                 *out = i;
