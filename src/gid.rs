@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// A 16-byte GID. RoCE v2 over IPv4 uses the IPv4-mapped IPv6 form `::ffff:a.b.c.d`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -99,6 +99,37 @@ pub fn host_ip_from_gid(gid: &str) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// Checks that `<sysfs_root>/class/infiniband` lists `device`, with the texts
+/// of [`Device::open`](crate::Device::open): "No RDMA devices found on this
+/// host" when it lists none, "RDMA device '<name>' not found" otherwise. GID
+/// auto-detection runs this first, so a host without RDMA says so instead of
+/// failing to find a GID.
+pub fn check_device_listed(sysfs_root: &Path, device: &str) -> Result<()> {
+    let mut names: Vec<String> = std::fs::read_dir(sysfs_root.join("class/infiniband"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        return Err(Error::new(
+            ErrorKind::NoDevice,
+            "No RDMA devices found on this host (use device \"soft\" for the userspace backend)",
+        ));
+    }
+    if names.iter().any(|n| n == device) {
+        return Ok(());
+    }
+    names.sort();
+    Err(Error::new(
+        ErrorKind::DeviceNotFound,
+        format!(
+            "RDMA device '{device}' not found (devices on this host: {})",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// Finds the GID-table index of the RoCE v2, IPv4-mapped GID on the same /24 as
@@ -301,6 +332,39 @@ mod tests {
         );
         assert_eq!(detect_gid_index(&fs.0, "mlx5_1", fpga, 1), None);
         assert_eq!(detect_gid_index(&fs.0, "mlx5_0", fpga, 2), None);
+    }
+
+    #[test]
+    fn check_device_listed_names_what_is_missing() {
+        let fs = FakeSysfs::new("listed");
+        let e = check_device_listed(&fs.0, "mlx5_0").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoDevice);
+        assert!(
+            e.message()
+                .starts_with("No RDMA devices found on this host"),
+            "{e}"
+        );
+        fs.gid(
+            "rxe1",
+            1,
+            0,
+            "RoCE v2",
+            "0000:0000:0000:0000:0000:ffff:0a00:0001",
+        )
+        .gid(
+            "rxe0",
+            1,
+            0,
+            "RoCE v2",
+            "0000:0000:0000:0000:0000:ffff:0a00:0002",
+        );
+        assert!(check_device_listed(&fs.0, "rxe0").is_ok());
+        let e = check_device_listed(&fs.0, "mlx5_0").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DeviceNotFound);
+        assert_eq!(
+            e.message(),
+            "RDMA device 'mlx5_0' not found (devices on this host: rxe0, rxe1)"
+        );
     }
 
     #[test]

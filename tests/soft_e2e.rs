@@ -281,3 +281,45 @@ fn several_servers_in_one_process_are_independent() {
         );
     }
 }
+
+/// rogue's defaults on one host: the server on port 4791 and the FPGA's
+/// address its own IP with peer port 4791, i.e. its own socket. The library
+/// sees that and ACKs each packet's source port instead of itself (it used to
+/// ACK its own socket, and the emulator gave up after its retries).
+#[test]
+fn default_ports_with_the_fpga_on_the_server_address_stream() {
+    static CH: [u8; 1] = [0];
+    // A loopback address of its own, so port 4791 is free whatever else runs.
+    let ip = format!("127.{}.{}.{}", 100 + std::process::id() % 100, 7, 9);
+    let cfg = SoftConfig::new(ip.clone());
+    assert_eq!((cfg.udp_port, cfg.peer_udp_port), (4791, 4791));
+    let server = Server::create(
+        &Device::open(&cfg.into()).unwrap(),
+        &ServerConfig::default(),
+    )
+    .unwrap();
+    let hp = server.host_params();
+    assert_eq!(hp.udp_port, 4791);
+    let mut ecfg = EmulatorConfig::for_server(&hp).unwrap();
+    ecfg.timeout_code = 12;
+    let mut emu = FpgaEmulator::new(ecfg).unwrap();
+    server
+        .set_fpga_gid(rocev2::Gid::parse(&ip).unwrap())
+        .unwrap();
+    let (cb, err, count) = checker(&CH);
+    server.set_frame_callback(cb).unwrap();
+    connect(&server, &emu, 1);
+    emu.stream(1000, 4096, &CH, 64, Duration::from_secs(60), |_| {})
+        .unwrap();
+    wait_for(&count, 1000);
+    assert_eq!(*err.lock().unwrap(), None);
+    assert_eq!(count.load(Ordering::SeqCst), 1000);
+    let e = emu.stats();
+    assert_eq!(
+        (e.requester.acked, e.requester.timeouts),
+        (1000, 0),
+        "{e:?}"
+    );
+    let s = server.stats().soft();
+    assert_eq!(s.foreign_packets + s.malformed, 0);
+}

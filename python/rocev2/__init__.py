@@ -11,8 +11,11 @@ receive slab, valid until ``frame.release()`` (or the frame is garbage
 collected). Use the pull API (``server.poll()``, ``for frame in
 server.frames()``) or a callback (``server.set_frame_callback(fn)``).
 
-The library is found through ``$ROCEV2_LIBRARY`` (a path), then next to this
-package, then the system loader (``librocev2.so.1``).
+The library is the copy ``pip install`` bundled in this package, unless
+``$ROCEV2_LIBRARY`` names another (then only that one is tried); without a
+bundled copy, the system loader's ``librocev2.so.1``. It is loaded at first
+use: the pure-Python parts (``Mtu``, ``RnrTimer``, ``ServerCfg``, ...) import
+without it.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import collections
 import ctypes
 import dataclasses
 import enum
+import ipaddress
 import os
 import socket
 import struct
@@ -30,7 +34,7 @@ __all__ = [
     "Rocev2Error", "Mtu", "RnrTimer", "PMTU_BYTES", "MIN_RNR_TIMER_MS",
     "ServerCfg", "TransportCfg", "HostParams", "Frame", "Server", "ChannelView",
     "ip_to_gid_bytes", "gid_bytes_to_str", "host_ip_from_gid", "parse_gid",
-    "detect_gid_index", "validate_channel", "library", "version", "abi_version",
+    "detect_gid_index", "validate_channel", "version", "abi_version",
     "DEFAULT_MAX_PAYLOAD", "DEFAULT_RX_QUEUE_DEPTH", "list_devices", "pattern_check",
     "forward_logs_to_python",
 ]
@@ -114,18 +118,27 @@ _FRAME_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Frame))
 _LOG_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p)
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+_BUILD_HINT = (
+    "Build and bundle it: `pip install ./python` in a rocev2 checkout (needs cargo, "
+    "libibverbs-dev, librdmacm-dev, libclang-dev); or install the C library: "
+    "`cmake -S cmake -B build -DCMAKE_INSTALL_PREFIX=/usr/local && cmake --build build && "
+    "cmake --install build && ldconfig`; or point ROCEV2_LIBRARY at a built "
+    "librocev2.so.1 (e.g. build/install/lib/librocev2.so.1 after `./run test`)."
+)
+
+
 def _candidates() -> typing.List[str]:
-    out = []
+    """Where the library is looked for: ``$ROCEV2_LIBRARY`` alone when set
+    (an override is never silently replaced by another copy); else the copy
+    bundled in this package (``pip install``), then the system loader."""
     env = os.environ.get("ROCEV2_LIBRARY")
     if env:
-        out.append(env)
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("librocev2.so", "librocev2.so.1"):
-        p = os.path.join(here, name)
-        if os.path.exists(p):
-            out.append(p)
-    out += ["librocev2.so.1", "librocev2.so"]
-    return out
+        return [env]
+    bundled = sorted(os.path.join(_HERE, n) for n in os.listdir(_HERE)
+                     if n.startswith("librocev2") and ".so" in n)
+    return bundled + ["librocev2.so.1"]
 
 
 def _load() -> ctypes.CDLL:
@@ -141,9 +154,29 @@ def _load() -> ctypes.CDLL:
             raise ImportError(f"{cand} has C ABI version {lib.rocev2_abi_version()}, "
                               f"this package needs {ABI_VERSION}")
         return lib
-    raise ImportError("cannot load librocev2: set ROCEV2_LIBRARY to its path, or install it "
-                      "(cmake -S cmake -B build && cmake --install build). Tried:\n  "
-                      + "\n  ".join(errors))
+    raise ImportError("cannot load librocev2. " + _BUILD_HINT + " Tried:\n  " + "\n  ".join(errors))
+
+
+_library: typing.Optional[ctypes.CDLL] = None
+_load_lock = threading.Lock()
+
+
+def _lib() -> ctypes.CDLL:
+    """The loaded library, loaded at first use (so the pure-Python parts,
+    e.g. ``Mtu``, ``RnrTimer`` and the config classes, import without it)."""
+    global _library
+    if _library is None:
+        with _load_lock:
+            if _library is None:
+                _library = _load()
+    return _library
+
+
+def __getattr__(name: str):
+    # ``rocev2.library``: the ctypes handle, loaded on first access (PEP 562).
+    if name == "library":
+        return _lib()
+    raise AttributeError(f"module 'rocev2' has no attribute {name!r}")
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -180,13 +213,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn.argtypes = args
 
 
-library = _load()
-
-
 def _last_error() -> str:
-    n = library.rocev2_last_error(None, 0)
+    n = _lib().rocev2_last_error(None, 0)
     buf = ctypes.create_string_buffer(n + 1)
-    library.rocev2_last_error(buf, n + 1)
+    _lib().rocev2_last_error(buf, n + 1)
     return buf.value.decode("utf-8", "replace")
 
 
@@ -197,19 +227,19 @@ def _check(status: int) -> None:
 
 def version() -> str:
     """The library version string."""
-    return library.rocev2_version().decode()
+    return _lib().rocev2_version().decode()
 
 
 def abi_version() -> int:
     """The library's C ABI version."""
-    return library.rocev2_abi_version()
+    return _lib().rocev2_abi_version()
 
 
 def list_devices() -> typing.List[str]:
     """Names of the ibverbs devices on this host."""
     count = ctypes.c_size_t(0)
     buf = ctypes.create_string_buffer(4096)
-    _check(library.rocev2_list_devices(buf, len(buf), ctypes.byref(count)))
+    _check(_lib().rocev2_list_devices(buf, len(buf), ctypes.byref(count)))
     return [n for n in buf.value.decode().split(",") if n]
 
 
@@ -284,9 +314,20 @@ def _check_rnr(code: int, where: str) -> None:
 # GID helpers
 # ---------------------------------------------------------------------------
 
+def _ipv4(value: str, field: str) -> str:
+    """``value`` as a dotted-quad IPv4 address, or Rocev2Error naming ``field``."""
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return str(ipaddress.IPv4Address(value))
+    except ValueError:
+        raise Rocev2Error(1, f"{field} must be an IPv4 address such as '10.0.0.20'; "
+                          f"got {value!r}") from None
+
+
 def ip_to_gid_bytes(ip: str) -> bytes:
     """IPv4 string -> 16-byte IPv4-mapped GID."""
-    return b"\x00" * 10 + b"\xff\xff" + socket.inet_aton(ip)
+    return b"\x00" * 10 + b"\xff\xff" + socket.inet_aton(_ipv4(ip, "ip"))
 
 
 def gid_bytes_to_str(gid: bytes) -> str:
@@ -299,7 +340,7 @@ def gid_bytes_to_str(gid: bytes) -> str:
 def parse_gid(text: str) -> bytes:
     """ibv_devinfo form, IPv6 text or an IPv4 address -> 16 bytes (via the library)."""
     out = ctypes.create_string_buffer(16)
-    _check(library.rocev2_gid_parse(text.encode(), out))
+    _check(_lib().rocev2_gid_parse(text.encode(), out))
     return out.raw
 
 
@@ -318,7 +359,7 @@ def detect_gid_index(device: str, ip: str, ib_port: int = 1,
                      sysfs_root: typing.Optional[str] = None) -> typing.Optional[int]:
     """GID-table index of the RoCE v2 IPv4 GID on ``ip``'s /24 (sysfs), or None."""
     out = ctypes.c_uint32(0)
-    st = library.rocev2_detect_gid_index(device.encode(), ip.encode(), ib_port,
+    st = _lib().rocev2_detect_gid_index(device.encode(), ip.encode(), ib_port,
                                          sysfs_root.encode() if sysfs_root else None,
                                          ctypes.byref(out))
     if st == _NOT_FOUND:
@@ -366,7 +407,10 @@ class ServerCfg:
     (None = the C++ default 9000); ``rxQueueDepth`` None = 256. ``deviceName``
     "soft" selects the userspace backend (``bindAddr``/``udpPort``; ``icrcCheck``
     "auto" checks received ICRCs by raw capture when the process has
-    CAP_NET_RAW, "require" insists, "off" never does)."""
+    CAP_NET_RAW, "require" insists, "off" never does). ``peerUdpPort`` is the
+    FPGA's port, where ACKs go (0 = each packet's source port); when ``ip``
+    and the port are the server's own socket (``ip="127.0.0.1"`` with the
+    defaults, an emulator on this host) the library ACKs the source port."""
     ip: str
     deviceName: str
     ibPort: int = 1
@@ -385,7 +429,12 @@ class ServerCfg:
     def __post_init__(self) -> None:
         if self.icrcCheck not in _ICRC_CHECK:
             raise Rocev2Error(1, f"icrcCheck must be one of {sorted(_ICRC_CHECK)}; got {self.icrcCheck!r}")
-        socket.inet_aton(self.ip)
+        self.ip = _ipv4(self.ip, "ServerCfg.ip (the FPGA's address)")
+        self.bindAddr = _ipv4(self.bindAddr, "ServerCfg.bindAddr (the soft backend's address)")
+        for field in ("udpPort", "peerUdpPort"):
+            port = getattr(self, field)
+            if not isinstance(port, int) or not 0 <= port <= 0xFFFF:
+                raise Rocev2Error(1, f"ServerCfg.{field} must be in the range 0..65535; got {port!r}")
         if self.maxPayload is None:
             self.maxPayload = DEFAULT_MAX_PAYLOAD
         if self.rxQueueDepth is None:
@@ -510,7 +559,7 @@ class Server:
                 gid_index = detected
         self.gidIndex = gid_index
         dc = _DeviceConfig()
-        _check(library.rocev2_device_config_init(ctypes.byref(dc)))
+        _check(_lib().rocev2_device_config_init(ctypes.byref(dc)))
         dc.name = cfg.deviceName.encode()
         dc.ib_port = cfg.ibPort
         dc.gid_index = gid_index
@@ -518,17 +567,17 @@ class Server:
         dc.udp_port = cfg.udpPort
         dc.peer_udp_port = cfg.peerUdpPort
         dc.icrc_check = _ICRC_CHECK[cfg.icrcCheck]
-        _check(library.rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
+        _check(_lib().rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
         try:
             sc = _ServerConfig()
-            _check(library.rocev2_server_config_init(ctypes.byref(sc)))
+            _check(_lib().rocev2_server_config_init(ctypes.byref(sc)))
             sc.max_payload = cfg.maxPayload
             sc.rx_queue_depth = cfg.rxQueueDepth
             sc.spin_us = cfg.spinUs
             sc.stop_timeout_ms = cfg.stopTimeoutMs
             sc.cpu_affinity = cfg.cpuAffinity
             sc.mr_remote_write = int(cfg.mrRemoteWrite)
-            _check(library.rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
+            _check(_lib().rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
             self.setFpgaGid(ip_to_gid_bytes(cfg.ip))
         except BaseException:
             self.close()
@@ -545,7 +594,7 @@ class Server:
         raw = parse_gid(gid) if isinstance(gid, str) else bytes(gid)
         if len(raw) != 16:
             raise Rocev2Error(1, f"GID must be 16 bytes, got {len(raw)}")
-        _check(library.rocev2_server_set_fpga_gid(self._handle(), raw))
+        _check(_lib().rocev2_server_set_fpga_gid(self._handle(), raw))
 
     set_fpga_gid = setFpgaGid
 
@@ -555,7 +604,7 @@ class Server:
         def trampoline(_user, fp):
             fn(Frame(self, fp.contents))
         cb = _FRAME_CB(trampoline)
-        _check(library.rocev2_server_set_frame_callback(self._handle(), cb, None))
+        _check(_lib().rocev2_server_set_frame_callback(self._handle(), cb, None))
         self._cb = cb  # keep the C function pointer alive
 
     def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
@@ -566,7 +615,7 @@ class Server:
         _check_rnr(minRnrTimer, "completeConnection")
         if fpgaRqPsn is None:
             fpgaRqPsn = self.getSqPsn()
-        _check(library.rocev2_server_complete_connection(self._handle(), fpgaQpn, fpgaRqPsn,
+        _check(_lib().rocev2_server_complete_connection(self._handle(), fpgaQpn, fpgaRqPsn,
                                                          int(pmtu), int(minRnrTimer)))
 
     def complete_connection(self, fpga_qpn: int, fpga_rq_psn: typing.Optional[int] = None,
@@ -578,18 +627,18 @@ class Server:
     def stop(self) -> None:
         """Stops receiving (idempotent); loaned frames stay valid until released."""
         if self._srv:
-            _check(library.rocev2_server_stop(self._srv))
+            _check(_lib().rocev2_server_stop(self._srv))
 
     def close(self) -> None:
         """Stops and frees the server and device handles. Frames still on loan
         stay valid and release through the retired handle (the library keeps
         its memory until the last one is released)."""
         if self._srv:
-            library.rocev2_server_destroy(self._srv)
+            _lib().rocev2_server_destroy(self._srv)
             self._retired = self._srv
             self._srv = ctypes.c_void_p()
         if self._dev:
-            library.rocev2_device_close(self._dev)
+            _lib().rocev2_device_close(self._dev)
             self._dev = ctypes.c_void_p()
 
     def __enter__(self) -> "Server":
@@ -599,13 +648,13 @@ class Server:
         self.close()
 
     def _release(self, token: int) -> None:
-        _check(library.rocev2_server_release(self._srv or self._retired, token))
+        _check(_lib().rocev2_server_release(self._srv or self._retired, token))
 
     # -- frames ------------------------------------------------------------
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
         f = _Frame()
-        st = library.rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
+        st = _lib().rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
         if st == _TIMEOUT:
             return None
         _check(st)
@@ -663,7 +712,7 @@ class Server:
     # -- getters (rogue names) ---------------------------------------------
     def _hp(self) -> _HostParams:
         hp = _HostParams()
-        _check(library.rocev2_server_get_host_params(self._handle(), ctypes.byref(hp)))
+        _check(_lib().rocev2_server_get_host_params(self._handle(), ctypes.byref(hp)))
         return hp
 
     def getQpn(self) -> int:
@@ -726,11 +775,11 @@ class Server:
         """All counters by name."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
-        _check(library.rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
+        _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
         return {n: getattr(s, n) for n in _STAT_FIELDS}
 
     def is_running(self) -> bool:
-        return bool(self._srv) and library.rocev2_server_is_running(self._srv) != 0
+        return bool(self._srv) and _lib().rocev2_server_is_running(self._srv) != 0
 
     def conn_info(self) -> str:
         """The RC connection summary (QP/GID/MR and buffer sizing)."""
@@ -788,4 +837,4 @@ def forward_logs_to_python(level: int = 3) -> None:
 
     global _log_cb_ref
     _log_cb_ref = _LOG_CB(on_log)
-    _check(library.rocev2_set_log_callback(_log_cb_ref, None, level))
+    _check(_lib().rocev2_set_log_callback(_log_cb_ref, None, level))

@@ -66,7 +66,9 @@ pub unsafe extern "C" fn rocev2_gid_format(
 
 /// Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
 /// `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
-/// ROCEV2_ERR_NOT_FOUND when none matches. (rocev2_detect_gid_index before
+/// ROCEV2_ERR_NO_DEVICE ("No RDMA devices found on this host") or
+/// ROCEV2_ERR_DEVICE_NOT_FOUND when sysfs lists no such device, checked first;
+/// ROCEV2_ERR_NOT_FOUND when no GID matches. (rocev2_detect_gid_index before
 /// ABI 2.)
 ///
 /// Thread safety: any thread, concurrently with any call.
@@ -96,6 +98,7 @@ pub unsafe extern "C" fn rocev2_gid_detect_index(
         let ip: Ipv4Addr = ip
             .parse()
             .map_err(|_| Error::invalid(format!("fpga_ip {ip:?} is not an IPv4 address")))?;
+        crate::gid::check_device_listed(Path::new(root), dev)?;
         match crate::gid::detect_gid_index(Path::new(root), dev, ip, ib_port) {
             Some(i) => {
                 *out = i;

@@ -500,6 +500,18 @@ impl Backend for SoftBackend {
         for s in self.posted_before_connect.drain(..) {
             resp.post(s);
         }
+        if ip == *self.local.ip() && self.peer_udp_port == self.local.port() {
+            // The FPGA's configured address is this very socket (e.g. the
+            // defaults, port 4791 both ways, with an emulator on this host):
+            // nothing else can listen there, so ACK each packet's source port.
+            log::info!(
+                "soft backend {}: the FPGA's address {ip}:{} is this socket: ACKs go to each \
+                 packet's source port (peer_udp_port 0)",
+                self.local,
+                self.peer_udp_port
+            );
+            self.peer_udp_port = 0;
+        }
         self.link = Some(Link {
             resp,
             peer_ip: ip,

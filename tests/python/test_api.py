@@ -45,8 +45,17 @@ def test_server_cfg_defaults_and_mr_length_guard():
     assert c.maxPayload == rocev2.DEFAULT_MAX_PAYLOAD == 9000
     with pytest.raises(Rocev2Error, match="exceeds the 32-bit field"):
         rocev2.ServerCfg(ip="10.0.0.1", deviceName="rxe0", maxPayload=65536, rxQueueDepth=65536)
-    with pytest.raises(OSError):
-        rocev2.ServerCfg(ip="not-an-ip", deviceName="rxe0")
+    for bad in ("not-an-ip", "10.0.0", "10.0.0.256", "", None):
+        with pytest.raises(Rocev2Error, match=r"ServerCfg.ip \(the FPGA's address\) must be an IPv4 "
+                                              r"address such as '10.0.0.20'; got " + repr(repr(bad))[1:-1]) as e:
+            rocev2.ServerCfg(ip=bad, deviceName="rxe0")
+        assert e.value.status_name == "INVALID_ARGUMENT"
+    with pytest.raises(Rocev2Error, match=r"ServerCfg.bindAddr .* got 'localhost'"):
+        rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", bindAddr="localhost")
+    with pytest.raises(Rocev2Error, match=r"ServerCfg.peerUdpPort must be in the range 0..65535; got 65536"):
+        rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", peerUdpPort=65536)
+    with pytest.raises(Rocev2Error, match=r"^ip must be an IPv4 address .* got '1.2.3'"):
+        rocev2.ip_to_gid_bytes("1.2.3")
     with pytest.raises(Rocev2Error, match="ibPort"):
         rocev2.ServerCfg(ip="10.0.0.1", deviceName="rxe0", ibPort=0)
     assert c.icrcCheck == "auto"
@@ -89,7 +98,16 @@ def test_detect_gid_index(tmp_path):
     })
     assert rocev2.detect_gid_index("mlx5_0", "10.0.0.20", sysfs_root=str(tmp_path)) == 3
     assert rocev2.detect_gid_index("mlx5_0", "172.16.0.1", sysfs_root=str(tmp_path)) is None
-    assert rocev2.detect_gid_index("nodev", "10.0.0.1", sysfs_root=str(tmp_path)) is None
+    with pytest.raises(Rocev2Error, match=r"RDMA device 'nodev' not found \(devices on this host: mlx5_0\)") as e:
+        rocev2.detect_gid_index("nodev", "10.0.0.1", sysfs_root=str(tmp_path))
+    assert e.value.status_name == "DEVICE_NOT_FOUND"
+
+
+def test_detect_gid_index_on_a_host_without_rdma_says_so_first(tmp_path):
+    (tmp_path / "class" / "infiniband").mkdir(parents=True)
+    with pytest.raises(Rocev2Error, match="^No RDMA devices found on this host") as e:
+        rocev2.detect_gid_index("mlx5_0", "10.0.0.1", sysfs_root=str(tmp_path))
+    assert e.value.status_name == "NO_DEVICE"
 
 
 def test_validate_channel():
@@ -113,9 +131,18 @@ def test_device_errors_carry_rogue_texts():
         assert "not found" in str(e.value)
 
 
-def test_gid_autodetect_failure_is_clear():
-    with pytest.raises(Rocev2Error, match="could not auto-detect a RoCE v2 IPv4 GID on nodev"):
-        rocev2.Server(rocev2.ServerCfg(ip="10.0.0.1", deviceName="nodev"))
+def test_naming_a_device_says_what_is_missing_before_gid_detection():
+    # The README's call (gidIndex auto-detected): on a host without RDMA the
+    # error is the device's, not a failed GID detection.
+    devices = rocev2.list_devices()
+    with pytest.raises(Rocev2Error) as e:
+        rocev2.Server(rocev2.ServerCfg(ip="10.0.0.20", deviceName="rocev2-no-such-device"))
+    if not devices:
+        assert e.value.status_name == "NO_DEVICE"
+        assert str(e.value).startswith("No RDMA devices found on this host")
+    else:
+        assert e.value.status_name == "DEVICE_NOT_FOUND"
+        assert "RDMA device 'rocev2-no-such-device' not found" in str(e.value)
 
 
 def test_log_forwarding(caplog):
@@ -130,16 +157,51 @@ def test_log_forwarding(caplog):
         rocev2.library.rocev2_set_log_callback(rocev2._LOG_CB(), None, 0)
 
 
-def test_library_env_var_is_honoured(tmp_path):
+def _run_python(code, **env):
     import subprocess
     import sys
-    env = dict(os.environ, ROCEV2_LIBRARY=str(tmp_path / "missing.so"))
-    # The package falls back to later candidates; with a bogus env path and no
-    # system copy it must still explain what it tried.
-    code = "import rocev2, sys; print(rocev2.version())"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       cwd=os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-    if r.returncode == 0:
-        assert r.stdout.strip() == rocev2.version()
-    else:
-        assert "cannot load librocev2" in r.stderr and "missing.so" in r.stderr
+    e = dict(os.environ, **env)
+    if os.environ.get("ROCEV2_TEST_INSTALLED") != "1":
+        e["PYTHONPATH"] = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, cwd="/")
+
+
+def test_library_env_var_overrides_and_is_never_silently_replaced(tmp_path):
+    r = _run_python("import rocev2; print(rocev2.version())", ROCEV2_LIBRARY=str(tmp_path / "missing.so"))
+    assert r.returncode != 0
+    assert "cannot load librocev2" in r.stderr and "missing.so" in r.stderr
+    # The hint gives complete build commands.
+    for step in ("pip install ./python", "cmake -S cmake -B build", "cmake --build build",
+                 "cmake --install build", "ROCEV2_LIBRARY"):
+        assert step in r.stderr, step
+    r = _run_python("import rocev2; print(rocev2.library._name)", ROCEV2_LIBRARY=rocev2.library._name)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == rocev2.library._name
+
+
+def test_pure_python_parts_import_without_the_library(tmp_path):
+    code = ("import rocev2\n"
+            "assert rocev2.Mtu.MTU_4096 == 5 and rocev2.RnrTimer.MS_0_64 == 12\n"
+            "c = rocev2.ServerCfg(ip='127.0.0.1', deviceName='soft')\n"
+            "print(rocev2.PMTU_BYTES[rocev2.Mtu.MTU_1024], c.udpPort, rocev2.TransportCfg().pmtu)\n"
+            "rocev2.Server(c)\n")
+    r = _run_python(code, ROCEV2_LIBRARY=str(tmp_path / "missing.so"))
+    assert r.stdout.split() == ["1024", "4791", "5"], r.stderr
+    assert r.returncode != 0 and "ImportError: cannot load librocev2" in r.stderr
+
+
+@pytest.mark.skipif(os.environ.get("ROCEV2_TEST_INSTALLED") != "1",
+                    reason="checks a `pip install ./python` (./run test runs it in a fresh venv)")
+def test_the_installed_package_bundles_its_library():
+    assert "ROCEV2_LIBRARY" not in os.environ
+    pkg = os.path.dirname(rocev2.__file__)
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    assert not pkg.startswith(os.path.join(root, "python")), f"{pkg} is the source tree"
+    assert os.path.dirname(rocev2.library._name) == pkg
+    files = sorted(f for f in os.listdir(pkg) if f != "__pycache__")
+    assert files == ["__init__.py", "librocev2.abi3.so"], files
+    # libibverbs stays a system library: linked by SONAME, never bundled.
+    with open(rocev2.library._name, "rb") as f:
+        assert b"libibverbs.so.1" in f.read()
+    import importlib.metadata
+    assert rocev2.version() == importlib.metadata.version("rocev2")

@@ -207,3 +207,30 @@ def test_icrc_check_modes(mode):
             assert st["icrc_checked"] == 0
         elif os.geteuid() == 0:
             assert st["icrc_unchecked"] == 0 and st["icrc_checked"] >= n
+
+
+def test_the_obvious_call_on_one_host_streams():
+    """ServerCfg(ip="127.0.0.1", deviceName="soft") keeps rogue's defaults:
+    UDP port 4791 and peer port 4791, i.e. the FPGA's address is the server's
+    own socket. The library ACKs each packet's source port then, so
+    `rocev2 fpga-sim` with its defaults (to 127.0.0.1:4791) completes."""
+    try:
+        s = rocev2.Server(rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft"))
+    except Rocev2Error as e:
+        if "in use" in str(e):
+            pytest.skip(f"127.0.0.1:4791 is taken on this host: {e}")
+        raise
+    with s:
+        assert s.udp_port == 4791
+        s.complete_connection(FPGA_QPN)
+        p = subprocess.Popen([cli(), "fpga-sim", "--host-qpn", str(s.getQpn()), "--psn", str(s.getSqPsn()),
+                              "--qpn", str(FPGA_QPN), "--frames", "500", "--size", "1024"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(500):
+            f = s.poll(timeout=30)
+            assert f is not None, f"frame {i} did not arrive"
+            with f:
+                assert rocev2.pattern_check(f.data) == i
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert '"timeouts": 0' in out, out

@@ -43,17 +43,67 @@ broken() { say "$*"; exit 125; }
 [ $# -gt 0 ] || { echo "usage: $0 [--] COMMAND [ARGS...]" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || cannot "must run as root (9p passthrough of /, apt-get)"
 
-NEED="qemu-system-x86 busybox-static cpio kmod xz-utils binutils iproute2 rdma-core ibverbs-providers"
-missing=""
-for p in $NEED; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-    say "installing$missing"
+# One setup at a time (apt, the unpacked qemu, the guest build in the cache).
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
+# What the VM needs from apt, and why. Nothing already installed is removed,
+# replaced or upgraded: apt-get runs with --no-remove on the missing packages only.
+NEED="busybox-static cpio kmod xz-utils binutils iproute2 rdma-core ibverbs-providers"
+QEMU_DEBS="qemu-system-x86 qemu-system-common qemu-system-data seabios ipxe-qemu"
+missing_of() {
+    local p
+    for p; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || printf ' %s' "$p"; done
+}
+apt_install() {
     export DEBIAN_FRONTEND=noninteractive
-    { apt-get install -y -q --no-install-recommends $missing ||
-      { apt-get update -q && apt-get install -y -q --no-install-recommends $missing; }; } >&2 \
-        || cannot "apt-get install$missing failed"
+    local inst=(apt-get install -y -q --no-install-recommends --no-remove)
+    { "${inst[@]}" "$@" || { apt-get update -q && "${inst[@]}" "$@"; }; } >&2 \
+        || cannot "apt-get install $* failed (it removes nothing: install them by hand)"
+}
+missing=$(missing_of $NEED)
+if [ -n "$missing" ]; then
+    say "installing$missing with apt-get: busybox-static, cpio, kmod, xz-utils and binutils build the" \
+        "guest's initramfs from Debian's stock kernel (this host's kernel has no rdma_rxe); iproute2," \
+        "rdma-core and ibverbs-providers set up the rxe devices inside it"
+    apt_install $missing
+fi
+# qemu: the host's own qemu-system-x86_64 if there is one; else Debian's
+# package when installing it removes nothing; else (e.g. a newer qemu-utils
+# that Breaks this release's qemu-system-common) its packages are unpacked
+# into the cache, never installed, and only their missing libraries installed.
+QEMU=qemu-system-x86_64
+QEMU_L=()
+if ! command -v "$QEMU" >/dev/null; then
+    removes=$(apt-get install -s --no-install-recommends qemu-system-x86 2>/dev/null | awk '/^Remv/{print $2}' | sort -u | tr '\n' ' ')
+    if [ -z "$removes" ] && apt-get install -s --no-install-recommends qemu-system-x86 >/dev/null 2>&1; then
+        say "installing qemu-system-x86 with apt-get: the emulator the VM runs in"
+        apt_install qemu-system-x86
+    else
+        Q="$CACHE/qemu"
+        if [ ! -x "$Q/usr/bin/$QEMU" ]; then
+            say "installing qemu-system-x86 would remove ${removes:-packages} here: unpacking" \
+                "$QEMU_DEBS into $Q instead (never installed)"
+            rm -rf "$Q" && mkdir -p "$Q/deb" && chmod 777 "$Q/deb"
+            (cd "$Q/deb" && apt-get download -q $QEMU_DEBS >&2) || cannot "downloading $QEMU_DEBS failed"
+            for d in "$Q"/deb/*.deb; do dpkg-deb -x "$d" "$Q"; done
+            rm -rf "$Q/deb"
+            # The firmware links point at /usr/share/...: point them into the cache.
+            find "$Q/usr/share" -type l -lname '/usr/*' | while read -r l; do
+                ln -sfn "$Q$(readlink "$l")" "$l"
+            done
+        fi
+        libs=$(apt-cache depends qemu-system-x86 qemu-system-common 2>/dev/null \
+            | awk '/^ *Depends:/{print $2}' | grep -v '^<' | grep -Ev '^(qemu-|seabios$|ipxe-qemu$)' | sort -u)
+        missing=$(missing_of $libs)
+        if [ -n "$missing" ]; then
+            say "installing the libraries the unpacked qemu needs:$missing"
+            apt_install $missing
+        fi
+        QEMU="$Q/usr/bin/$QEMU"
+        QEMU_L=(-L "$Q/usr/share/qemu" -L "$Q/usr/share/seabios")
+    fi
 fi
 
 # ---------------------------------------------------------------- the guest --
@@ -75,10 +125,15 @@ halt() { echo "guest-init: $*"; sync; poweroff -f; }
 mount -t 9p -o $o,ro,cache=loose root /lower || halt "9p root"
 mount -t 9p -o $o,cache=none job /job || halt "9p job"
 mount -t tmpfs none /upper; mkdir -p /upper/u /upper/w
-mount -t overlay none -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /new \
-    || mount --bind /lower /new
+# The overlay makes every host path writable in the guest, /tmp included, and
+# keeps what the host has there: a checkout under /tmp stays visible. Only
+# without overlayfs (read-only root) does /tmp become an empty tmpfs.
+if ! mount -t overlay none -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /new; then
+    echo "guest-init: no overlayfs: read-only root, empty tmpfs on /tmp"
+    mount --bind /lower /new; mount -t tmpfs none /new/tmp
+fi
 for d in proc sys dev; do mount --move /$d /new/$d; done
-mount -t tmpfs none /new/run; mount -t tmpfs none /new/tmp
+mount -t tmpfs none /new/run
 mkdir -p /new/run/job /new/run/netns /new/dev/pts /new/dev/shm
 mount -t devpts none /new/dev/pts; mount -t tmpfs none /new/dev/shm
 ln -sf /proc/self/fd /new/dev/fd; ln -sf /proc/self/fd/0 /new/dev/stdin
@@ -87,8 +142,8 @@ mount --move /job /new/run/job
 mkdir -p /new/lib/modules/$KV && mount --bind /lib/modules/$KV /new/lib/modules/$KV
 # bash reads its script in pieces and seeks, which 9p without a cache does
 # not keep straight: run a copy from tmpfs.
-cp /new/run/job/guest.sh /new/tmp/guest.sh
-chroot /new /bin/bash /tmp/guest.sh </new/dev/null >/new/run/job/stdout 2>/new/run/job/stderr
+cp /new/run/job/guest.sh /new/run/guest.sh
+chroot /new /bin/bash /run/guest.sh </new/dev/null >/new/run/job/stdout 2>/new/run/job/stderr
 echo $? > /new/run/job/rc.raw
 sync; poweroff -f
 SH
@@ -104,7 +159,7 @@ KEY=$(printf '%s\n' "$INIT" "$INIT_MODS" "$MORE_MODS" | sha256sum | cut -c1-10)
 G="$CACHE/$KV-$KEY"
 
 build_guest() {
-    say "building the guest ($KPKG) in $G"
+    say "building the guest in $G: downloading $KPKG (about 70 MB; unpacked there, never installed)"
     rm -rf "$CACHE/$KV"-* && mkdir -p "$G/deb" "$G/ir" && chmod 777 "$G/deb"
     (cd "$G/deb" && apt-get download -q "$KPKG" >&2) || cannot "downloading $KPKG failed"
     dpkg-deb -x "$G"/deb/*.deb "$G/k"
@@ -142,9 +197,6 @@ build_guest() {
     rm -rf "$G/deb" "$G/k" "$ir"
     touch "$G/ready"
 }
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock 9
 [ -f "$G/ready" ] || build_guest
 flock -u 9
 
@@ -218,7 +270,7 @@ RXE2_GID_IDX=$(gid_of rxe2 $RXE2_IP) || fail "rxe2 has no RoCE v2 GID"
 echo "rxe ready: gid idx $RXE0_GID_IDX $RXE1_GID_IDX $RXE2_GID_IDX" >&5
 . /run/job/env
 export RXE0_GID_IDX RXE1_GID_IDX RXE2_GID_IDX RXE0_IP RXE1_IP RXE2_IP PEER_IP ROCEV2_IN_RXE_VM=1
-cd "$CWD" 2>/dev/null || cd /
+cd "$CWD" || fail "cannot enter the caller's directory $CWD in the guest (is it on a filesystem the guest does not see?)"
 "${CMD[@]}"
 rc=$?
 echo $rc > /run/job/rc
@@ -235,7 +287,7 @@ QARGS=(-accel tcg -M q35 -cpu max -smp "$SMP" -m "$MEM" -nodefaults -display non
        -virtfs "local,path=$JOB,mount_tag=job,security_model=none")
 t0=$(date +%s%N)
 set +e
-timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${QARGS[@]}" </dev/null
+timeout -k 10 "$TIMEOUT" "$QEMU" "${QEMU_L[@]}" "${QARGS[@]}" </dev/null
 qrc=$?
 set -e
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
