@@ -49,9 +49,16 @@ std::string lastError() {
     return s;
 }
 
+// rogue's logger "rocev2.Server", one per process: the library's records and
+// the adapter's own lines (rogue prints "Starting logger" at each create).
+std::shared_ptr<rogue::Logging> serverLog() {
+    static std::shared_ptr<rogue::Logging> log = rogue::Logging::create("rocev2.Server");
+    return log;
+}
+
 // Library log records go to rogue's logger "rocev2.Server" (installed once).
 static void forwardLog(void*, rocev2_log_level level, const char*, const char* message) {
-    static std::shared_ptr<rogue::Logging> log = rogue::Logging::create("rocev2.Server");
+    static std::shared_ptr<rogue::Logging> log = serverLog();
     switch (level) {
         case ROCEV2_LOG_ERROR: log->error("%s", message); break;
         case ROCEV2_LOG_WARN: log->warning("%s", message); break;

@@ -64,6 +64,7 @@ namespace protocols {
 namespace rocev2 {
 namespace adapter {
 std::string lastError();
+std::shared_ptr<rogue::Logging> serverLog();
 
 struct State {
     rocev2_server* srv = nullptr;
@@ -133,7 +134,7 @@ rpr::Server::Server(const std::string& deviceName,
       slab_(nullptr), slabSize_(0), numBufs_(rxQueueDepth), bufSize_(maxPayload),
       hostQpn_(0), hostRqPsn_(0), hostSqPsn_(0), mrAddr_(0), mrRkey_(0),
       thread_(nullptr), threadEn_(false), frameCount_(0), byteCount_(0) {
-    log_ = rogue::Logging::create("rocev2.Server");
+    log_ = adapter::serverLog();
     memset(hostGid_, 0, 16);
     memset(fpgaGid_, 0, 16);
     wakeFd_[0] = wakeFd_[1] = -1;

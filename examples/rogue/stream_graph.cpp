@@ -36,6 +36,11 @@
 #include "rogue/interfaces/stream/FrameLock.h"
 #include "rogue/interfaces/stream/Slave.h"
 #include "rogue/protocols/rocev2/Server.h"
+#ifndef NO_PYTHON
+    // librogue-core.so of a Python build refers to numpy's API table, which
+    // its users define: including this once does (rogue's test_main.cpp too).
+    #include "rogue/numpy.h"
+#endif
 
 namespace ris = rogue::interfaces::stream;
 namespace rr  = rogue::protocols::rocev2;

@@ -12,12 +12,15 @@ emulator over the soft backend, in one process:
 3. pyrogue.protocols.RoCEv2Server (the Device) on one address, 127.0.0.1,
    with ROCEV2_SOFT_PORT=0 (an ephemeral port, read back with
    getUdpPort()) and ROCEV2_SOFT_PEER_PORT=0 (ACKs to the sender's port);
-   gidIndex=0, since -1 would scan sysfs for an RDMA device named "soft".
+   gidIndex=0, since -1 would scan sysfs for an RDMA device named "soft";
+4. bring-up at log level Info (in a child process, to read its output):
+   every log line appears once, and one thread is named RoCEv2Server.
 
 Needs a rogue built with -DROGUE_ROCEV2_RS=ON (see README.md), with
 <rogue>/python on PYTHONPATH and <rocev2 prefix>/lib:<rogue build> on
 LD_LIBRARY_PATH, and the rocev2 CLI: stream_graph.py <path to rocev2 CLI>."""
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -119,8 +122,10 @@ def throwing_slave():
     writer.setMaxSize(SIZE // 2)
     with tempfile.TemporaryDirectory() as d:
         writer.open(os.path.join(d, "data.dat"))
-        srv >> before                 # sees each frame first
-        srv >> writer.getChannel(0)   # then throws
+        # rogue's Master calls its Slaves last-added first: `before` sees each
+        # frame, then the writer throws.
+        srv >> writer.getChannel(0)
+        srv >> before
         srv.setFpgaGid(gid("127.0.0.1"))
         srv.completeConnection(0x4141, srv.getSqPsn(), 5, 12)
         sim = fpga_sim(srv, f"127.0.0.1:{port}", "127.0.0.1:0", 0x4141, N)
@@ -196,11 +201,43 @@ def pyrogue_device_one_host():
           f"{sink.count} frames in order, byte-exact; RxFrameCount {frames}")
 
 
+BRING_UP = r"""
+import os, socket, time, rogue, rogue.protocols.rocev2 as rr
+rogue.Logging.setLevel(rogue.Logging.Info)
+srv = rr.Server.create("soft", 1, 0, 1024, 16)
+srv.setFpgaGid(b"\0" * 10 + b"\xff\xff" + socket.inet_aton("127.0.0.2"))
+srv.completeConnection(0x4444, srv.getSqPsn(), 5, 1)
+def names():
+    return [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+t0 = time.time()
+while "RoCEv2Server" not in names() and time.time() - t0 < 10:
+    time.sleep(0.01)
+time.sleep(0.2)
+print("threads named RoCEv2Server:", names().count("RoCEv2Server"), flush=True)
+srv.stop()
+"""
+
+
+def log_once_one_thread():
+    soft_env("0", "0")
+    out = subprocess.run([sys.executable, "-c", BRING_UP], capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    # rogue's log lines: "<seconds>.<micro>:<logger>: <message>"
+    lines = [m.group(1) for m in re.finditer(r"^\d+\.\d+:(.*)$", text, re.M)]
+    twice = sorted({line for line in lines if lines.count(line) > 1})
+    assert not twice, f"logged more than once: {twice}"
+    for want in ("RC QP ready", "FPGA GID stored", "soft RoCEv2 backend: bind"):
+        assert sum(want in line for line in lines) == 1, (want, lines)
+    assert "threads named RoCEv2Server: 1" in text, text
+    print(f"bring-up: {len(lines)} log lines, each once; one thread named RoCEv2Server")
+
+
 def main():
-    throwing_slave()
-    hold_and_release()
-    pyrogue_device_one_host()
-    print("stream_graph.py: 3 passed, 0 failed")
+    checks = [throwing_slave, hold_and_release, pyrogue_device_one_host, log_once_one_thread]
+    for check in checks:
+        check()
+    print(f"stream_graph.py: {len(checks)} passed, 0 failed")
 
 
 if __name__ == "__main__":
