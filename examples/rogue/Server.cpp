@@ -209,8 +209,9 @@ rpr::Server::Server(const std::string& deviceName,
         }
     };
     if (rocev2_server_set_frame_callback(st->srv, onFrame, this) != ROCEV2_OK) {
+        const std::string msg = adapter::lastError();
         rocev2_server_destroy(st->srv);
-        fail("rocev2::Server::Server");
+        throw(rogue::GeneralError::create("rocev2::Server::Server", "%s", msg.c_str()));
     }
 
     rocev2_host_params hp;
