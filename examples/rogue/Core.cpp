@@ -9,9 +9,12 @@
  * the librocev2 device handle (rocev2_device*), `pd_` stays NULL.
  *
  * Soft backend: the device name "soft" opens rocev2's userspace RoCEv2
- * backend (no RDMA NIC needed). Its bind address and ports come from the
- * environment: ROCEV2_SOFT_BIND (127.0.0.1), ROCEV2_SOFT_PORT (4791),
- * ROCEV2_SOFT_PEER_PORT (4791, the FPGA's UDP port).
+ * backend (no RDMA NIC needed; gidIndex is ignored). rogue's constructor has
+ * no place for its bind address and ports, so they come from the
+ * environment: ROCEV2_SOFT_BIND (127.0.0.1), ROCEV2_SOFT_PORT (4791; 0 = any
+ * free port, read back with Server.getUdpPort()), ROCEV2_SOFT_PEER_PORT
+ * (4791, the FPGA's UDP port, where ACKs go; 0 = each packet's source port),
+ * ROCEV2_SOFT_ICRC (auto|off|require).
  */
 #include "rogue/Directives.h"
 
@@ -19,6 +22,7 @@
 
 #include <rocev2.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -45,15 +49,37 @@ std::string lastError() {
     return s;
 }
 
+// rogue's logger "rocev2.Server", one per process: the library's records and
+// the adapter's own lines (rogue prints "Starting logger" at each create).
+std::shared_ptr<rogue::Logging> serverLog() {
+    static std::shared_ptr<rogue::Logging> log = rogue::Logging::create("rocev2.Server");
+    return log;
+}
+
 // Library log records go to rogue's logger "rocev2.Server" (installed once).
 static void forwardLog(void*, rocev2_log_level level, const char*, const char* message) {
-    static std::shared_ptr<rogue::Logging> log = rogue::Logging::create("rocev2.Server");
+    static std::shared_ptr<rogue::Logging> log = serverLog();
     switch (level) {
         case ROCEV2_LOG_ERROR: log->error("%s", message); break;
         case ROCEV2_LOG_WARN: log->warning("%s", message); break;
         case ROCEV2_LOG_INFO: log->info("%s", message); break;
         default: log->debug("%s", message); break;
     }
+}
+
+// A UDP port from the environment: 0..65535, decimal or 0x hex.
+static uint16_t envPort(const char* name, uint16_t dflt) {
+    const char* p = std::getenv(name);
+    if (p == nullptr || *p == '\0') return dflt;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long v = std::strtoul(p, &end, 0);
+    if (*p == '-' || *end != '\0' || errno != 0 || v > 65535)
+        throw(rogue::GeneralError::create("rocev2::Core::Core",
+                                          "%s='%s' is not a UDP port: set 0..65535 (0 = %s) or unset it", name, p,
+                                          std::string(name) == "ROCEV2_SOFT_PORT" ? "any free port"
+                                                                                  : "reply to the source port"));
+    return static_cast<uint16_t>(v);
 }
 
 void installLogForwarding() {
@@ -83,11 +109,19 @@ rpr::Core::Core(const std::string& deviceName, uint8_t ibPort, uint8_t gidIndex,
     cfg.gid_index = gidIndex_;
     const char* bind = std::getenv("ROCEV2_SOFT_BIND");
     if (bind) cfg.bind_addr = bind;
-    if (const char* p = std::getenv("ROCEV2_SOFT_PORT")) cfg.udp_port = static_cast<uint16_t>(std::atoi(p));
-    if (const char* p = std::getenv("ROCEV2_SOFT_PEER_PORT")) cfg.peer_udp_port = static_cast<uint16_t>(std::atoi(p));
+    cfg.udp_port      = adapter::envPort("ROCEV2_SOFT_PORT", cfg.udp_port);
+    cfg.peer_udp_port = adapter::envPort("ROCEV2_SOFT_PEER_PORT", cfg.peer_udp_port);
     if (const char* p = std::getenv("ROCEV2_SOFT_ICRC")) {
         const std::string mode(p);
-        cfg.icrc_check = mode == "off" ? ROCEV2_ICRC_OFF : mode == "require" ? ROCEV2_ICRC_REQUIRE : ROCEV2_ICRC_AUTO;
+        if (mode == "auto")
+            cfg.icrc_check = ROCEV2_ICRC_AUTO;
+        else if (mode == "off")
+            cfg.icrc_check = ROCEV2_ICRC_OFF;
+        else if (mode == "require")
+            cfg.icrc_check = ROCEV2_ICRC_REQUIRE;
+        else
+            throw(rogue::GeneralError::create("rocev2::Core::Core",
+                                              "ROCEV2_SOFT_ICRC='%s' is not a mode: set auto, off or require", p));
     }
 
     rocev2_device* dev = nullptr;
@@ -95,8 +129,8 @@ rpr::Core::Core(const std::string& deviceName, uint8_t ibPort, uint8_t gidIndex,
         throw(rogue::GeneralError::create("rocev2::Core::Core", "%s", adapter::lastError().c_str()));
     ctx_ = reinterpret_cast<struct ibv_context*>(dev);
 
-    log_->info("Opened RoCEv2 device '%s', port %u, GID index %u (librocev2 %s)",
-               deviceName_.c_str(), ibPort_, gidIndex_, rocev2_version());
+    // librocev2 logs the opened device itself (once, through forwardLog).
+    log_->debug("librocev2 %s", rocev2_version());
 }
 
 rpr::Core::~Core() {

@@ -7,13 +7,23 @@
  * file). All protocol, threading and ownership logic lives in librocev2; this
  * file only translates:
  *
- *  - frames: librocev2 hands each received frame on loan; runThread() (the
- *    header's receive thread, named "RoCEv2Server") pulls them and wraps each
- *    zero-copy as a rogue Buffer (meta = slot), channel = immediate low byte,
- *    first user = SSI SOF; retBuffer() releases the loan's token, which
- *    re-posts the slot. Every Buffer holds the Server (rogue's Pool
- *    contract), so the library handle outlives the last frame.
+ *  - frames: one receive thread, librocev2's ("RoCEv2Server"). Its frame
+ *    callback (registered at construction) wraps each frame zero-copy as a
+ *    rogue Buffer (meta = slot), channel = immediate low byte, first user =
+ *    SSI SOF, and calls sendFrame() on that thread; retBuffer() releases the
+ *    loan's token, which re-posts the slot. Every Buffer holds the Server
+ *    (rogue's Pool contract), so the library handle outlives the last frame.
+ *    The header's runThread()/thread_ are unused.
+ *  - exceptions from downstream Slaves (e.g. a StreamWriter over its size
+ *    limit) never leave the callback: like upstream's runThread, the error is
+ *    logged once and delivery ends. The frame that threw is released; every
+ *    later frame is parked unreleased, so its slot is not re-posted and the
+ *    FPGA sees RNR back-pressure (upstream: the QP stays up, nothing re-posts)
+ *    until stop(), which releases them. The process keeps running; the
+ *    getters and stop() work as before.
  *  - errors: librocev2's messages become rogue::GeneralError (same texts).
+ *  - logs: librocev2 logs bring-up (device, QP, FPGA GID) once, to rogue's
+ *    logger "rocev2.Server"; this file adds only what the library cannot know.
  *  - GIL: construction, completeConnection, stop and retBuffer release it.
  *
  * The header's ibverbs members are unused: `qp_` carries the adapter state
@@ -27,9 +37,13 @@
 
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "rogue/GeneralError.h"
 #include "rogue/GilRelease.h"
@@ -50,12 +64,33 @@ namespace protocols {
 namespace rocev2 {
 namespace adapter {
 std::string lastError();
-void installLogForwarding();
+std::shared_ptr<rogue::Logging> serverLog();
 
 struct State {
     rocev2_server* srv = nullptr;
     std::unique_ptr<std::atomic<uint64_t>[]> tokens;  // token of the frame loaned in each slot
+    std::atomic<bool> connected{false};               // completeConnection succeeded
+    std::mutex parkedMx;
+    std::vector<uint64_t> parked;  // frames held after delivery ended (see the header comment)
 };
+
+// The UDP port the soft backend bound (the ephemeral one for
+// ROCEV2_SOFT_PORT=0), 4791 on verbs. Not in rogue's header, so C++ callers
+// declare it themselves (README.md); Python gets Server.getUdpPort().
+uint16_t udpPort(const rpr::Server& server);
+
+namespace {
+std::mutex portsMx;
+std::unordered_map<const rpr::Server*, uint16_t> ports;
+// True on the receive thread while the frame callback runs.
+thread_local bool inFrameCallback = false;
+}  // namespace
+
+uint16_t udpPort(const rpr::Server& server) {
+    std::lock_guard<std::mutex> g(portsMx);
+    auto it = ports.find(&server);
+    return it == ports.end() ? 0 : it->second;
+}
 }  // namespace adapter
 }  // namespace rocev2
 }  // namespace protocols
@@ -71,6 +106,12 @@ rpr::adapter::State* stateOf(struct ibv_qp* qp) {
 [[noreturn]] void fail(const char* where) {
     throw(rogue::GeneralError::create(where, "%s", rpr::adapter::lastError().c_str()));
 }
+
+// Marks the receive thread while the frame callback runs (see ~Server).
+struct CallbackScope {
+    CallbackScope() { rpr::adapter::inFrameCallback = true; }
+    ~CallbackScope() { rpr::adapter::inFrameCallback = false; }
+};
 }  // namespace
 
 rpr::ServerPtr rpr::Server::create(const std::string& deviceName,
@@ -93,7 +134,7 @@ rpr::Server::Server(const std::string& deviceName,
       slab_(nullptr), slabSize_(0), numBufs_(rxQueueDepth), bufSize_(maxPayload),
       hostQpn_(0), hostRqPsn_(0), hostSqPsn_(0), mrAddr_(0), mrRkey_(0),
       thread_(nullptr), threadEn_(false), frameCount_(0), byteCount_(0) {
-    log_ = rogue::Logging::create("rocev2.Server");
+    log_ = adapter::serverLog();
     memset(hostGid_, 0, 16);
     memset(fpgaGid_, 0, 16);
     wakeFd_[0] = wakeFd_[1] = -1;
@@ -112,6 +153,67 @@ rpr::Server::Server(const std::string& deviceName,
     st->tokens.reset(new std::atomic<uint64_t>[rxQueueDepth]);
     for (uint32_t i = 0; i < rxQueueDepth; ++i) st->tokens[i].store(0);
 
+    // The frame callback: runs on librocev2's receive thread for every frame.
+    // Defined here so it may use the Server's private members. librocev2
+    // starts no callback after rocev2_server_stop returns, and stop() runs
+    // first in ~Server, so `self` is alive whenever it runs.
+    auto onFrame = [](void* user, const rocev2_frame* f) {
+        CallbackScope scope;
+        rpr::Server* self  = static_cast<rpr::Server*>(user);
+        adapter::State* st = stateOf(self->qp_);
+        if (f->slot >= self->numBufs_) {  // cannot happen: slots come from this server
+            rocev2_server_release(st->srv, f->token);
+            return;
+        }
+        if (!self->threadEn_.load()) {  // delivery ended: keep the slot, see the header comment
+            std::lock_guard<std::mutex> g(st->parkedMx);
+            st->parked.push_back(f->token);
+            return;
+        }
+        // Holds the Server to the end of the callback (declared after `scope`,
+        // so a ~Server run by its release still sees inFrameCallback).
+        std::shared_ptr<rogue::EnableSharedFromThisBase> keep;
+        st->tokens[f->slot].store(f->token);
+        bool wrapped = false;  // from here on, the Buffer's retBuffer() releases the token
+        try {
+            keep                = self->rogue::EnableSharedFromThisBase::shared_from_this();
+            ris::BufferPtr buff = self->createBuffer(const_cast<uint8_t*>(f->data), f->slot & 0x00FFFFFF, f->len,
+                                                     self->bufSize_);
+            wrapped             = true;
+            buff->setPayload(f->len);
+            ris::FramePtr frame = ris::Frame::create();
+            frame->appendBuffer(buff);
+            frame->setChannel(static_cast<uint8_t>(f->channel));
+            frame->setFirstUser(SsiSof);
+            frame->setLastUser(0);
+            self->sendFrame(frame);
+            self->frameCount_.fetch_add(1, std::memory_order_relaxed);
+            self->byteCount_.fetch_add(f->len, std::memory_order_relaxed);
+            return;
+        } catch (const std::exception& e) {  // rogue::GeneralError is one
+            self->log_->error(
+                "RoCEv2 frame delivery stopped by an exception from sendFrame (a downstream Slave): %s. No "
+                "further frame is delivered; received slots stay unreleased (the FPGA sees RNR back-pressure) "
+                "until stop()",
+                e.what());
+        } catch (...) {
+            self->log_->error(
+                "RoCEv2 frame delivery stopped by an unknown exception from sendFrame (a downstream Slave). No "
+                "further frame is delivered; received slots stay unreleased (the FPGA sees RNR back-pressure) "
+                "until stop()");
+        }
+        self->threadEn_.store(false);
+        if (!wrapped) {
+            uint64_t token = st->tokens[f->slot].exchange(0);
+            if (token != 0) rocev2_server_release(st->srv, token);
+        }
+    };
+    if (rocev2_server_set_frame_callback(st->srv, onFrame, this) != ROCEV2_OK) {
+        const std::string msg = adapter::lastError();
+        rocev2_server_destroy(st->srv);
+        throw(rogue::GeneralError::create("rocev2::Server::Server", "%s", msg.c_str()));
+    }
+
     rocev2_host_params hp;
     rocev2_server_get_host_params(st->srv, &hp);
     hostQpn_   = hp.qpn;
@@ -122,8 +224,11 @@ rpr::Server::Server(const std::string& deviceName,
     slab_      = reinterpret_cast<uint8_t*>(hp.mr_addr);
     slabSize_  = hp.mr_len;
     memcpy(hostGid_, hp.gid, 16);
+    {
+        std::lock_guard<std::mutex> g(adapter::portsMx);
+        adapter::ports[this] = hp.udp_port;
+    }
     qp_ = reinterpret_cast<struct ibv_qp*>(st.release());
-    log_->info("RC QP ready: qpn=0x%06x rqPsn=0x%06x sqPsn=0x%06x", hostQpn_, hostRqPsn_, hostSqPsn_);
 }
 
 void rpr::Server::setFpgaGid(const std::string& gidBytes) {
@@ -134,23 +239,21 @@ void rpr::Server::setFpgaGid(const std::string& gidBytes) {
         ROCEV2_OK)
         fail("rocev2::Server::setFpgaGid");
     memcpy(fpgaGid_, gidBytes.data(), 16);
-    log_->info("FPGA GID stored");
 }
 
 void rpr::Server::completeConnection(uint32_t fpgaQpn, uint32_t fpgaRqPsn, uint32_t pmtu, uint32_t minRnrTimer) {
     rogue::GilRelease noGil;
-    if (thread_ != nullptr)
+    adapter::State* st = stateOf(qp_);
+    if (st->connected.load())
         throw(rogue::GeneralError::create("rocev2::Server::completeConnection",
                                           "completeConnection already invoked; destroy and recreate "
                                           "Server to re-establish the RC connection"));
-    if (rocev2_server_complete_connection(stateOf(qp_)->srv, fpgaQpn, fpgaRqPsn, pmtu, minRnrTimer) != ROCEV2_OK)
+    threadEn_.store(true);  // before the receive thread can deliver its first frame
+    if (rocev2_server_complete_connection(st->srv, fpgaQpn, fpgaRqPsn, pmtu, minRnrTimer) != ROCEV2_OK) {
+        threadEn_.store(false);
         fail("rocev2::Server::completeConnection");
-    std::shared_ptr<int> scope = std::make_shared<int>(0);
-    threadEn_.store(true);
-    thread_ = new std::thread(&rpr::Server::runThread, this, std::weak_ptr<int>(scope));
-#ifndef __MACH__
-    pthread_setname_np(thread_->native_handle(), "RoCEv2Server");
-#endif
+    }
+    st->connected.store(true);
 }
 
 std::string rpr::Server::getGid() const {
@@ -164,9 +267,14 @@ void rpr::Server::postRecvWr(uint32_t slot) {
     (void)slot;
 }
 
-// Not used: completions arrive through librocev2 (see runThread).
+// Not used: frames arrive through librocev2's frame callback.
 void rpr::Server::processCompletion(struct ibv_wc& wc) {
     (void)wc;
+}
+
+// Not used: librocev2's receive thread runs the frame callback (no second thread).
+void rpr::Server::runThread(std::weak_ptr<int> lockPtr) {
+    (void)lockPtr;
 }
 
 void rpr::Server::retBuffer(uint8_t* data, uint32_t meta, uint32_t rawSize) {
@@ -182,43 +290,18 @@ void rpr::Server::retBuffer(uint8_t* data, uint32_t meta, uint32_t rawSize) {
     decCounter(rawSize);
 }
 
-void rpr::Server::runThread(std::weak_ptr<int> lockPtr) {
-    while (!lockPtr.expired()) continue;
-    log_->logThreadId();
-    log_->info("RoCEv2 receive thread started (librocev2)");
-    rogue::GilRelease noGil;
-    adapter::State* st = stateOf(qp_);
-    while (threadEn_.load()) {
-        rocev2_frame f;
-        rocev2_status s = rocev2_server_poll_frame(st->srv, 100, &f);
-        if (s == ROCEV2_ERR_TIMEOUT) continue;
-        if (s != ROCEV2_OK) {
-            if (s != ROCEV2_ERR_STOPPED) log_->error("receive thread exiting: %s", adapter::lastError().c_str());
-            break;
-        }
-        if (f.slot >= numBufs_) {  // cannot happen: slots come from this server
-            rocev2_server_release(st->srv, f.token);
-            continue;
-        }
-        st->tokens[f.slot].store(f.token);
-        ris::BufferPtr buff = createBuffer(const_cast<uint8_t*>(f.data), f.slot & 0x00FFFFFF, f.len, bufSize_);
-        buff->setPayload(f.len);
-        ris::FramePtr frame = ris::Frame::create();
-        frame->appendBuffer(buff);
-        frame->setChannel(static_cast<uint8_t>(f.channel));
-        frame->setFirstUser(SsiSof);
-        frame->setLastUser(0);
-        sendFrame(frame);
-        frameCount_.fetch_add(1, std::memory_order_relaxed);
-        byteCount_.fetch_add(f.len, std::memory_order_relaxed);
-    }
-    threadEn_.store(false);
-    log_->info("RoCEv2 receive thread stopped");
-}
-
+// librocev2 stop (no callback starts after it returns; the receive thread is
+// joined, or detached when called from a callback), then the parked frames.
 void rpr::Server::cleanupResources() {
     adapter::State* st = stateOf(qp_);
-    if (st) rocev2_server_stop(st->srv);
+    if (!st) return;
+    rocev2_server_stop(st->srv);
+    std::vector<uint64_t> parked;
+    {
+        std::lock_guard<std::mutex> g(st->parkedMx);
+        parked.swap(st->parked);
+    }
+    for (uint64_t token : parked) rocev2_server_release(st->srv, token);
 }
 
 void rpr::Server::acceptFrame(ris::FramePtr frame) {
@@ -227,27 +310,28 @@ void rpr::Server::acceptFrame(ris::FramePtr frame) {
 }
 
 void rpr::Server::stop() {
-    rogue::GilRelease noGil;
+    rogue::GilRelease noGil;  // a Python Slave inside the callback needs the GIL to finish
     threadEn_.store(false);
-    cleanupResources();  // librocev2 stop: the pull in runThread returns STOPPED
-    if (thread_) {
-        if (thread_->joinable()) {
-            if (thread_->get_id() == std::this_thread::get_id())
-                thread_->detach();
-            else
-                thread_->join();
-        }
-        delete thread_;
-        thread_ = nullptr;
-    }
+    cleanupResources();
 }
 
 rpr::Server::~Server() {
     this->stop();
+    {
+        std::lock_guard<std::mutex> g(adapter::portsMx);
+        adapter::ports.erase(this);
+    }
     adapter::State* st = stateOf(qp_);
     if (st) {
         // Every Buffer holds this Server, so no loan is outstanding here.
-        rocev2_server_destroy(st->srv);
+        // The last Buffer may be dropped inside the frame callback, running
+        // this destructor on the receive thread, where librocev2 forbids
+        // destroy: hand it to a short-lived thread then.
+        rocev2_server* srv = st->srv;
+        if (adapter::inFrameCallback)
+            std::thread([srv] { rocev2_server_destroy(srv); }).detach();
+        else
+            rocev2_server_destroy(srv);
         delete st;
         qp_ = nullptr;
     }
@@ -273,6 +357,9 @@ void rpr::Server::setup_python() {
         .def("getMrRkey", &rpr::Server::getMrRkey)
         .def("getFrameCount", &rpr::Server::getFrameCount)
         .def("getByteCount", &rpr::Server::getByteCount)
+        // Not in rogue's header: the UDP port the server receives on (the
+        // bound one for ROCEV2_SOFT_PORT=0 on the soft backend; 4791 on verbs).
+        .def("getUdpPort", &rpr::adapter::udpPort)
         .def("stop", &rpr::Server::stop);
     bp::implicitly_convertible<rpr::ServerPtr, rpr::CorePtr>();
     bp::implicitly_convertible<rpr::ServerPtr, ris::MasterPtr>();

@@ -3,7 +3,7 @@
 #   Server.cpp) to <target> and links rocev2::rocev2 to it.
 # rogue's src/rogue/protocols/rocev2/CMakeLists.txt switches with one option:
 #   if (ROGUE_ROCEV2_RS)
-#      find_package(rocev2 1 REQUIRED)
+#      find_package(rocev2 REQUIRED)   # no version: the adapter comes with the package
 #      rocev2_rogue_adapter(rogue-core)
 #   else() ... upstream Core.cpp / Server.cpp ... endif()
 set(_rocev2_share "${CMAKE_CURRENT_LIST_DIR}/@ROCEV2_CMAKEDIR_TO_PREFIX@@CMAKE_INSTALL_DATADIR@/rocev2/rogue")
