@@ -642,7 +642,9 @@ rocev2_status rocev2_gid_format(const uint8_t *gid, char *buf, size_t len);
 /**
  * Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
  * `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
- * ROCEV2_ERR_NOT_FOUND when none matches. (rocev2_detect_gid_index before
+ * ROCEV2_ERR_NO_DEVICE ("No RDMA devices found on this host") or
+ * ROCEV2_ERR_DEVICE_NOT_FOUND when sysfs lists no such device, checked first;
+ * ROCEV2_ERR_NOT_FOUND when no GID matches. (rocev2_detect_gid_index before
  * ABI 2.)
  *
  * Thread safety: any thread, concurrently with any call.

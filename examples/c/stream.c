@@ -39,14 +39,14 @@ int main(int argc, char **argv) {
     unsigned long size = argc > 3 ? strtoul(argv[3], NULL, 0) : 4096;
 
     rocev2_device_config dc;
-    rocev2_device_config_init(&dc);
+    rocev2_device_config_init(&dc, sizeof dc);
     dc.name = "soft";            /* the userspace backend; an RDMA NIC: "mlx5_0" and its dc.gid_index */
     dc.udp_port = 0;             /* any free port (reported in the host params) */
     dc.peer_udp_port = 0;        /* ACKs to each packet's source port (the emulator's) */
     rocev2_device *dev;
     if (rocev2_device_open(&dc, &dev) != ROCEV2_OK) return fail("rocev2_device_open");
     rocev2_server_config sc;
-    rocev2_server_config_init(&sc);
+    rocev2_server_config_init(&sc, sizeof sc);
     sc.max_payload = 4096;       /* bytes per receive slot */
     sc.rx_queue_depth = 64;      /* slots */
     rocev2_server *srv;
@@ -55,9 +55,9 @@ int main(int argc, char **argv) {
     uint8_t gid[16];
     rocev2_gid_parse("127.0.0.1", gid);            /* the FPGA's IP address */
     rocev2_server_set_fpga_gid(srv, gid);
-    rocev2_host_params hp;
+    rocev2_host_params hp = {.struct_size = sizeof hp};
     rocev2_server_get_host_params(srv, &hp);       /* program the FPGA with these */
-    rocev2_server_set_frame_callback(srv, on_frame, srv);
+    rocev2_server_register_frame_callback(srv, on_frame, srv);
     uint32_t fpga_qpn = 0x4242;                    /* read back from the FPGA */
     if (rocev2_server_complete_connection(srv, fpga_qpn, hp.sq_psn, 5, 12) != ROCEV2_OK)
         return fail("rocev2_server_complete_connection");

@@ -21,7 +21,7 @@ int main(int argc, char** argv) try {
     unsigned long frames = argc > 2 ? std::stoul(argv[2]) : 10000, size = argc > 3 ? std::stoul(argv[3]) : 4096;
 
     rocev2_device_config dc;
-    rocev2_device_config_init(&dc);
+    rocev2_device_config_init(&dc, sizeof dc);
     dc.name = "soft";       // the userspace backend; an RDMA NIC: rocev2::Device("mlx5_0", 1, gid_index)
     dc.udp_port = 0;        // any free port (reported in the host params)
     dc.peer_udp_port = 0;   // ACKs to each packet's source port (the emulator's)

@@ -103,7 +103,7 @@ rpr::Core::Core(const std::string& deviceName, uint8_t ibPort, uint8_t gidIndex,
     adapter::installLogForwarding();
 
     rocev2_device_config cfg;
-    rocev2_device_config_init(&cfg);
+    rocev2_device_config_init(&cfg, sizeof cfg);
     cfg.name      = deviceName_.c_str();
     cfg.ib_port   = ibPort_;
     cfg.gid_index = gidIndex_;

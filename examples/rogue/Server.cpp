@@ -141,7 +141,7 @@ rpr::Server::Server(const std::string& deviceName,
     rogue::GilRelease noGil;
 
     rocev2_server_config cfg;
-    rocev2_server_config_init(&cfg);
+    rocev2_server_config_init(&cfg, sizeof cfg);
     cfg.max_payload    = maxPayload;
     cfg.rx_queue_depth = rxQueueDepth;
     // rogue reports the MR rkey (and its tests expect a non-zero one); the QP
@@ -162,6 +162,19 @@ rpr::Server::Server(const std::string& deviceName,
         rpr::Server* self  = static_cast<rpr::Server*>(user);
         adapter::State* st = stateOf(self->qp_);
         if (f->slot >= self->numBufs_) {  // cannot happen: slots come from this server
+            rocev2_server_release(st->srv, f->token);
+            return;
+        }
+        // rogue's behaviour, kept for rogue users: a message without an
+        // immediate, or of 0 bytes, is dropped with rogue's warning texts
+        // (librocev2 itself delivers both; see README.md).
+        if (!(f->flags & ROCEV2_FRAME_HAS_IMMEDIATE)) {
+            self->log_->warning("Unexpected opcode %d / wc_flags 0x%x (slot=%u); re-posting", 0, 0u, f->slot);
+            rocev2_server_release(st->srv, f->token);
+            return;
+        }
+        if (f->len == 0) {
+            self->log_->warning("Bad payload len=%u (slot=%u); re-posting", f->len, f->slot);
             rocev2_server_release(st->srv, f->token);
             return;
         }
@@ -208,13 +221,14 @@ rpr::Server::Server(const std::string& deviceName,
             if (token != 0) rocev2_server_release(st->srv, token);
         }
     };
-    if (rocev2_server_set_frame_callback(st->srv, onFrame, this) != ROCEV2_OK) {
+    if (rocev2_server_register_frame_callback(st->srv, onFrame, this) != ROCEV2_OK) {
         const std::string msg = adapter::lastError();
         rocev2_server_destroy(st->srv);
         throw(rogue::GeneralError::create("rocev2::Server::Server", "%s", msg.c_str()));
     }
 
-    rocev2_host_params hp;
+    rocev2_host_params hp{};
+    hp.struct_size = sizeof hp;
     rocev2_server_get_host_params(st->srv, &hp);
     hostQpn_   = hp.qpn;
     hostRqPsn_ = hp.rq_psn;

@@ -13,7 +13,7 @@ server.frames()``) or a callback (``server.set_frame_callback(fn)``).
 
 The library is the copy ``pip install`` bundled in this package, unless
 ``$ROCEV2_LIBRARY`` names another (then only that one is tried); without a
-bundled copy, the system loader's ``librocev2.so.1``. It is loaded at first
+bundled copy, the system loader's ``librocev2.so.2``. It is loaded at first
 use: the pure-Python parts (``Mtu``, ``RnrTimer``, ``ServerCfg``, ...) import
 without it.
 """
@@ -39,7 +39,7 @@ __all__ = [
     "forward_logs_to_python",
 ]
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 DEFAULT_MAX_PAYLOAD = 9000      # rogue C++ DefaultMaxPayload
 DEFAULT_RX_QUEUE_DEPTH = 256    # rogue C++ DefaultRxQueueDepth
 
@@ -85,15 +85,19 @@ class _ServerConfig(ctypes.Structure):
 
 
 class _HostParams(ctypes.Structure):
-    _fields_ = [("qpn", ctypes.c_uint32), ("rq_psn", ctypes.c_uint32),
+    _fields_ = [("struct_size", ctypes.c_uint32), ("qpn", ctypes.c_uint32), ("rq_psn", ctypes.c_uint32),
                 ("sq_psn", ctypes.c_uint32), ("mr_len", ctypes.c_uint32),
                 ("mr_addr", ctypes.c_uint64), ("mr_rkey", ctypes.c_uint32),
                 ("gid", ctypes.c_uint8 * 16), ("gid_str", ctypes.c_char * 40),
                 ("udp_port", ctypes.c_uint16)]
 
 
+FRAME_HAS_IMMEDIATE = 1  # rocev2_frame.flags (ROCEV2_FRAME_HAS_IMMEDIATE)
+
+
 class _Frame(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("len", ctypes.c_uint32),
+    _fields_ = [("struct_size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("data", ctypes.c_void_p), ("len", ctypes.c_uint32),
                 ("channel", ctypes.c_uint32), ("immediate", ctypes.c_uint32),
                 ("slot", ctypes.c_uint32), ("token", ctypes.c_uint64)]
 
@@ -125,7 +129,7 @@ _BUILD_HINT = (
     "libibverbs-dev, librdmacm-dev, libclang-dev); or install the C library: "
     "`cmake -S cmake -B build -DCMAKE_INSTALL_PREFIX=/usr/local && cmake --build build && "
     "cmake --install build && ldconfig`; or point ROCEV2_LIBRARY at a built "
-    "librocev2.so.1 (e.g. build/install/lib/librocev2.so.1 after `./run test`)."
+    "librocev2.so.2 (e.g. build/install/lib/librocev2.so.2 after `./run test`)."
 )
 
 
@@ -138,7 +142,7 @@ def _candidates() -> typing.List[str]:
         return [env]
     bundled = sorted(os.path.join(_HERE, n) for n in os.listdir(_HERE)
                      if n.startswith("librocev2") and ".so" in n)
-    return bundled + ["librocev2.so.1"]
+    return bundled + ["librocev2.so.2"]
 
 
 def _load() -> ctypes.CDLL:
@@ -186,15 +190,15 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rocev2_abi_version": (U32, []),
         "rocev2_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
         "rocev2_set_log_callback": (S, [_LOG_CB, P, ctypes.c_int]),
-        "rocev2_device_config_init": (S, [ctypes.POINTER(_DeviceConfig)]),
+        "rocev2_device_config_init": (S, [ctypes.POINTER(_DeviceConfig), ctypes.c_size_t]),
         "rocev2_device_open": (S, [ctypes.POINTER(_DeviceConfig), ctypes.POINTER(P)]),
         "rocev2_device_close": (None, [P]),
-        "rocev2_list_devices": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
-        "rocev2_server_config_init": (S, [ctypes.POINTER(_ServerConfig)]),
+        "rocev2_device_list": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+        "rocev2_server_config_init": (S, [ctypes.POINTER(_ServerConfig), ctypes.c_size_t]),
         "rocev2_server_create": (S, [P, ctypes.POINTER(_ServerConfig), ctypes.POINTER(P)]),
         "rocev2_server_set_fpga_gid": (S, [P, ctypes.c_char_p]),
         "rocev2_server_get_host_params": (S, [P, ctypes.POINTER(_HostParams)]),
-        "rocev2_server_set_frame_callback": (S, [P, _FRAME_CB, P]),
+        "rocev2_server_register_frame_callback": (S, [P, _FRAME_CB, P]),
         "rocev2_server_complete_connection": (S, [P, U32, U32, U32, U32]),
         "rocev2_server_poll_frame": (S, [P, I32, ctypes.POINTER(_Frame)]),
         "rocev2_server_release": (S, [P, U64]),
@@ -204,7 +208,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rocev2_server_destroy": (None, [P]),
         "rocev2_gid_parse": (S, [ctypes.c_char_p, ctypes.c_char_p]),
         "rocev2_gid_format": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
-        "rocev2_detect_gid_index": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint8,
+        "rocev2_gid_detect_index": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint8,
                                         ctypes.c_char_p, ctypes.POINTER(U32)]),
     }
     for name, (res, args) in sig.items():
@@ -239,7 +243,7 @@ def list_devices() -> typing.List[str]:
     """Names of the ibverbs devices on this host."""
     count = ctypes.c_size_t(0)
     buf = ctypes.create_string_buffer(4096)
-    _check(_lib().rocev2_list_devices(buf, len(buf), ctypes.byref(count)))
+    _check(_lib().rocev2_device_list(buf, len(buf), ctypes.byref(count)))
     return [n for n in buf.value.decode().split(",") if n]
 
 
@@ -359,7 +363,7 @@ def detect_gid_index(device: str, ip: str, ib_port: int = 1,
                      sysfs_root: typing.Optional[str] = None) -> typing.Optional[int]:
     """GID-table index of the RoCE v2 IPv4 GID on ``ip``'s /24 (sysfs), or None."""
     out = ctypes.c_uint32(0)
-    st = _lib().rocev2_detect_gid_index(device.encode(), ip.encode(), ib_port,
+    st = _lib().rocev2_gid_detect_index(device.encode(), ip.encode(), ib_port,
                                          sysfs_root.encode() if sysfs_root else None,
                                          ctypes.byref(out))
     if st == _NOT_FOUND:
@@ -481,7 +485,8 @@ class Frame:
     """A received frame on loan. ``data`` is a read-only memoryview into the
     receive slab (zero copy), valid until :meth:`release`. Released on garbage
     collection or context-manager exit if not before."""
-    __slots__ = ("_server", "_token", "data", "channel", "immediate", "slot", "address")
+    __slots__ = ("_server", "_token", "data", "channel", "immediate", "has_immediate", "slot",
+                 "address")
 
     def __init__(self, server: "Server", f: _Frame):
         self._server = server
@@ -491,6 +496,9 @@ class Frame:
         self.data = memoryview(buf).cast("B").toreadonly()
         self.channel = f.channel
         self.immediate = f.immediate
+        # False for a message sent without an immediate (channel and
+        # immediate are then 0); a 0-byte message is a frame like any other.
+        self.has_immediate = bool(f.flags & FRAME_HAS_IMMEDIATE)
         self.slot = f.slot
 
     @property
@@ -559,7 +567,7 @@ class Server:
                 gid_index = detected
         self.gidIndex = gid_index
         dc = _DeviceConfig()
-        _check(_lib().rocev2_device_config_init(ctypes.byref(dc)))
+        _check(_lib().rocev2_device_config_init(ctypes.byref(dc), ctypes.sizeof(dc)))
         dc.name = cfg.deviceName.encode()
         dc.ib_port = cfg.ibPort
         dc.gid_index = gid_index
@@ -570,7 +578,7 @@ class Server:
         _check(_lib().rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
         try:
             sc = _ServerConfig()
-            _check(_lib().rocev2_server_config_init(ctypes.byref(sc)))
+            _check(_lib().rocev2_server_config_init(ctypes.byref(sc), ctypes.sizeof(sc)))
             sc.max_payload = cfg.maxPayload
             sc.rx_queue_depth = cfg.rxQueueDepth
             sc.spin_us = cfg.spinUs
@@ -604,7 +612,7 @@ class Server:
         def trampoline(_user, fp):
             fn(Frame(self, fp.contents))
         cb = _FRAME_CB(trampoline)
-        _check(_lib().rocev2_server_set_frame_callback(self._handle(), cb, None))
+        _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
         self._cb = cb  # keep the C function pointer alive
 
     def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
@@ -654,6 +662,7 @@ class Server:
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
         f = _Frame()
+        f.struct_size = ctypes.sizeof(f)
         st = _lib().rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
         if st == _TIMEOUT:
             return None
@@ -712,6 +721,7 @@ class Server:
     # -- getters (rogue names) ---------------------------------------------
     def _hp(self) -> _HostParams:
         hp = _HostParams()
+        hp.struct_size = ctypes.sizeof(hp)
         _check(_lib().rocev2_server_get_host_params(self._handle(), ctypes.byref(hp)))
         return hp
 
