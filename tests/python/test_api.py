@@ -9,7 +9,7 @@ from rocev2 import Mtu, RnrTimer, Rocev2Error
 
 
 def test_library_loads_and_versions_match():
-    assert rocev2.abi_version() == rocev2.ABI_VERSION == 1
+    assert rocev2.abi_version() == rocev2.ABI_VERSION == 2
     assert rocev2.version().count(".") == 2
     assert isinstance(rocev2.library, ctypes.CDLL)
 
