@@ -453,3 +453,35 @@ fn a_window_of_four_engine_messages_is_acked_at_the_batch_end() {
         "one ACK for the 4 messages"
     );
 }
+
+#[test]
+fn after_an_invalid_request_the_responder_stays_usable() {
+    // The chosen policy (README "soft"): NAK, drop the partial message, then
+    // accept the next in-sequence message, where rxe would enter the error state.
+    let mut r = resp(100, 4);
+    assert!(matches!(
+        r.on_packet(&pkt(Opcode::SendFirst, 100), None, PMTU as usize),
+        Verdict::Place { .. }
+    ));
+    // MIDDLE with a short payload: bad length.
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendMiddle, 101), None, 8),
+        Verdict::Drop(DropReason::BadLength)
+    );
+    let rep = replies(&mut r);
+    assert_eq!(rep.len(), 1);
+    assert_eq!(
+        (rep[0].syndrome, rep[0].psn),
+        (Syndrome::InvalidRequest, 101)
+    );
+    assert_eq!(r.posted(), 4, "the partial message's slot is back");
+    // The requester starts over at 101 with a new message: accepted.
+    match r.on_packet(&pkt(Opcode::SendOnlyImm, 101), Some(5), 16) {
+        Verdict::Place { offset, done, .. } => {
+            assert_eq!(offset, 0);
+            assert_eq!(done.map(|d| (d.len, d.imm)), Some((16, Some(5))));
+        }
+        v => panic!("{v:?}"),
+    }
+    assert_eq!(r.stats().invalid_naks, 1);
+}

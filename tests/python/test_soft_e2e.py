@@ -234,3 +234,37 @@ def test_the_obvious_call_on_one_host_streams():
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         assert '"timeouts": 0' in out, out
+
+
+def _roce(opcode, qpn, psn, payload=b"", imm=None):
+    """One RoCEv2 request packet (BTH [ImmDt] payload pad ICRC); the ICRC is
+    not checked by a server with icrcCheck="off"."""
+    import struct
+    pad = (4 - len(payload) % 4) % 4
+    bth = struct.pack(">BBHBBHBBH", opcode, pad << 4, 0xFFFF, 0,
+                      (qpn >> 16) & 0xFF, qpn & 0xFFFF, 0x80,
+                      (psn >> 16) & 0xFF, psn & 0xFFFF)
+    ext = struct.pack(">I", imm) if imm is not None else b""
+    return bth + ext + payload + b"\0" * pad + b"\0\0\0\0"
+
+
+def test_empty_and_immediate_less_messages_are_delivered():
+    """What an RC sender sees ACKed reaches Python: a 0-byte SEND with
+    immediate and a SEND without one (has_immediate False)."""
+    import socket
+    with soft_server(depth=4, max_payload=1024, icrc_check="off") as s:
+        s.complete_connection(FPGA_QPN)
+        psn = s.getSqPsn()
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx.bind(("127.0.0.1", 0))
+        body = bytes(range(100))
+        tx.sendto(_roce(0x05, s.getQpn(), psn, b"", imm=0x1207), ("127.0.0.1", s.udp_port))
+        tx.sendto(_roce(0x04, s.getQpn(), (psn + 1) & 0xFFFFFF, body), ("127.0.0.1", s.udp_port))
+        f = s.poll(timeout=10)
+        assert f is not None and len(f.data) == 0
+        assert f.has_immediate and f.immediate == 0x1207 and f.channel == 7
+        f.release()
+        f = s.poll(timeout=10)
+        assert f is not None and bytes(f.data) == body and not f.has_immediate
+        f.release()
+        tx.close()
