@@ -15,6 +15,6 @@ else
     echo "== C: $ROCEV2_BUILD_DIR/tests/c/test_rxe_c not built (./run test builds it)"; fail=1
 fi
 echo "== Python (tests/python/test_rxe.py)"
-ROCEV2_LIBRARY="$ROCEV2_BUILD_DIR/install/lib/librocev2.so.1" ROCEV2_CLI="$ROCEV2_BUILD_DIR/install/bin/rocev2" \
+ROCEV2_LIBRARY="$ROCEV2_BUILD_DIR/install/lib/librocev2.so.2" ROCEV2_CLI="$ROCEV2_BUILD_DIR/install/bin/rocev2" \
     python3 -m pytest -q -s -p no:cacheprovider tests/python/test_rxe.py || fail=1
 exit $fail
