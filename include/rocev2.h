@@ -73,6 +73,31 @@
 #define ROCEV2_ICRC_REQUIRE 2
 
 /**
+ * rocev2_struct_size: `rocev2_device_config`.
+ */
+#define ROCEV2_STRUCT_DEVICE_CONFIG 1
+
+/**
+ * rocev2_struct_size: `rocev2_server_config`.
+ */
+#define ROCEV2_STRUCT_SERVER_CONFIG 2
+
+/**
+ * rocev2_struct_size: `rocev2_host_params`.
+ */
+#define ROCEV2_STRUCT_HOST_PARAMS 3
+
+/**
+ * rocev2_struct_size: `rocev2_frame`.
+ */
+#define ROCEV2_STRUCT_FRAME 4
+
+/**
+ * rocev2_struct_size: `rocev2_stats`.
+ */
+#define ROCEV2_STRUCT_STATS 5
+
+/**
  * `rocev2_frame.flags`: the message carried an immediate (`channel` and
  * `immediate` are valid; surf's engine always sends one).
  */
@@ -194,6 +219,43 @@ typedef struct rocev2_device rocev2_device;
 typedef struct rocev2_server rocev2_server;
 
 /**
+ * Server settings. Fill with `rocev2_server_config_init(&cfg, sizeof cfg)`,
+ * then adjust.
+ */
+typedef struct {
+  /**
+   * The caller's sizeof(rocev2_server_config), set by rocev2_server_config_init.
+   */
+  uint32_t struct_size;
+  /**
+   * Bytes per receive slot, the largest frame (default 9000; 1..2^30).
+   */
+  uint32_t max_payload;
+  /**
+   * Number of receive slots (default 256; 1..65536; slab < 4 GiB).
+   */
+  uint32_t rx_queue_depth;
+  /**
+   * Busy-poll budget of the receive thread before it blocks, microseconds (default 50).
+   */
+  uint32_t spin_us;
+  /**
+   * How long stop waits for a running frame callback before detaching, ms (default 5000).
+   */
+  uint32_t stop_timeout_ms;
+  /**
+   * CPU to pin the receive thread to, or -1 (default) for none.
+   */
+  int32_t cpu_affinity;
+  /**
+   * verbs: 1 = also register the slab with remote-write access so the MR
+   * has a valid rkey (what rogue reports); the QP still grants no remote
+   * access. Default 0 (least privilege).
+   */
+  uint32_t mr_remote_write;
+} rocev2_server_config;
+
+/**
  * Which device to open. Fill with `rocev2_device_config_init(&cfg,
  * sizeof cfg)`, then set `name`.
  */
@@ -286,43 +348,6 @@ typedef struct {
  * during the call.
  */
 typedef void (*rocev2_log_callback)(void *user_data, rocev2_log_level level, const char *target, const char *message);
-
-/**
- * Server settings. Fill with `rocev2_server_config_init(&cfg, sizeof cfg)`,
- * then adjust.
- */
-typedef struct {
-  /**
-   * The caller's sizeof(rocev2_server_config), set by rocev2_server_config_init.
-   */
-  uint32_t struct_size;
-  /**
-   * Bytes per receive slot, the largest frame (default 9000; 1..2^30).
-   */
-  uint32_t max_payload;
-  /**
-   * Number of receive slots (default 256; 1..65536; slab < 4 GiB).
-   */
-  uint32_t rx_queue_depth;
-  /**
-   * Busy-poll budget of the receive thread before it blocks, microseconds (default 50).
-   */
-  uint32_t spin_us;
-  /**
-   * How long stop waits for a running frame callback before detaching, ms (default 5000).
-   */
-  uint32_t stop_timeout_ms;
-  /**
-   * CPU to pin the receive thread to, or -1 (default) for none.
-   */
-  int32_t cpu_affinity;
-  /**
-   * verbs: 1 = also register the slab with remote-write access so the MR
-   * has a valid rkey (what rogue reports); the QP still grants no remote
-   * access. Default 0 (least privilege).
-   */
-  uint32_t mr_remote_write;
-} rocev2_server_config;
 
 /**
  * What the FPGA is programmed with (rogue's getters). Set `struct_size` to
@@ -556,6 +581,54 @@ const char *rocev2_status_str(int status);
 size_t rocev2_last_error(char *buf, size_t len);
 
 /**
+ * The size in bytes of one of this library's structs (`which` is a
+ * ROCEV2_STRUCT_* value), 0 for an unknown `which`. A binding that declares
+ * the structs itself (Python's ctypes) compares its sizes with these at
+ * load: smaller here means the library is older than the binding.
+ *
+ * Thread safety: any thread, concurrently with any call.
+ */
+size_t rocev2_struct_size(uint32_t which);
+
+/**
+ * Validates a server config (size protocol as rocev2_server_create) without
+ * a device: payload size, queue depth, the MR length's 32-bit limit, CPU
+ * affinity. The same checks and messages as rocev2_server_create.
+ *
+ * Thread safety: any thread, concurrently with any call.
+ */
+rocev2_status rocev2_server_config_check(const rocev2_server_config *cfg);
+
+/**
+ * The payload bytes of path MTU code `pmtu` (1=256 .. 5=4096, libibverbs'
+ * ibv_mtu) into `bytes`; ROCEV2_ERR_INVALID_ARGUMENT for other codes.
+ *
+ * Thread safety: any thread, concurrently with any call.
+ */
+rocev2_status rocev2_pmtu_bytes(uint32_t pmtu, uint32_t *bytes);
+
+/**
+ * The wait in microseconds of IB min RNR NAK timer code `code` (0..31, IBA
+ * vol 1 table 45: 1 = 10 us .. 31 = 491520 us, 0 = 655360 us) into `us`;
+ * ROCEV2_ERR_INVALID_ARGUMENT for other codes.
+ *
+ * Thread safety: any thread, concurrently with any call.
+ */
+rocev2_status rocev2_rnr_timer_us(uint32_t code, uint32_t *us);
+
+/**
+ * Checks a payload of the FPGA emulator's pattern (`rocev2 fpga-sim`: bytes
+ * 0..8 the frame's sequence number, little-endian, then xorshift32 words
+ * seeded from it) and writes the sequence number to `seq`.
+ * ROCEV2_ERR_INVALID_ARGUMENT (the message says where it differs) when the
+ * payload is shorter than 8 bytes or differs. `data` may be NULL when `len`
+ * is 0.
+ *
+ * Thread safety: any thread, concurrently with any call.
+ */
+rocev2_status rocev2_pattern_check(const uint8_t *data, size_t len, uint64_t *seq);
+
+/**
  * Fills `cfg` (`size` = the caller's `sizeof(rocev2_device_config)`) with
  * defaults: port 1, GID index 0, UDP ports 4791, ICRC check auto, no name,
  * bind 127.0.0.1. Writes exactly `size` bytes (zero beyond the fields this
@@ -638,6 +711,18 @@ rocev2_status rocev2_gid_parse(const char *text, uint8_t *out);
  * Thread safety: any thread, concurrently with any call.
  */
 rocev2_status rocev2_gid_format(const uint8_t *gid, char *buf, size_t len);
+
+/**
+ * The IPv4 address of an IPv4-mapped GID string in ibv_devinfo form
+ * ("0000:0000:0000:0000:0000:ffff:0a00:0001" -> "10.0.0.1"; exactly 8
+ * groups, group 5 `ffff`), copied into `buf` (16 bytes suffice; the
+ * caller's); an empty string for any other text (pyrogue's
+ * `_host_ip_from_gid`). ROCEV2_ERR_BUFFER_TOO_SMALL when the address does
+ * not fit.
+ *
+ * Thread safety: any thread, concurrently with any call.
+ */
+rocev2_status rocev2_gid_host_ip(const char *gid, char *buf, size_t len);
 
 /**
  * Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for

@@ -14,8 +14,12 @@ server.frames()``) or a callback (``server.set_frame_callback(fn)``).
 The library is the copy ``pip install`` bundled in this package, unless
 ``$ROCEV2_LIBRARY`` names another (then only that one is tried); without a
 bundled copy, the system loader's ``librocev2.so.2``. It is loaded at first
-use: the pure-Python parts (``Mtu``, ``RnrTimer``, ``ServerCfg``, ...) import
-without it.
+use: the module and its code tables (``Mtu``, ``RnrTimer``, ``Status``)
+import without it; validation is the library's (``ServerCfg``,
+``TransportCfg``, the GID helpers and ``pattern_check`` call it), so there is
+one rule and one message for C, C++, Python and the CLI. At load the binding
+checks its struct declarations and status codes against the library's
+(``rocev2_struct_size``, ``rocev2_status_str``) and refuses an older library.
 """
 from __future__ import annotations
 
@@ -25,8 +29,6 @@ import dataclasses
 import enum
 import ipaddress
 import os
-import socket
-import struct
 import threading
 import typing
 
@@ -36,7 +38,7 @@ __all__ = [
     "ip_to_gid_bytes", "gid_bytes_to_str", "host_ip_from_gid", "parse_gid",
     "detect_gid_index", "validate_channel", "version", "abi_version",
     "DEFAULT_MAX_PAYLOAD", "DEFAULT_RX_QUEUE_DEPTH", "list_devices", "pattern_check",
-    "forward_logs_to_python",
+    "forward_logs_to_python", "Status", "pmtu_bytes", "rnr_timer_us",
 ]
 
 ABI_VERSION = 2
@@ -47,23 +49,41 @@ DEFAULT_RX_QUEUE_DEPTH = 256    # rogue C++ DefaultRxQueueDepth
 # Library loading and the C declarations
 # ---------------------------------------------------------------------------
 
-_STATUS_NAMES = {
-    0: "OK", 1: "INVALID_ARGUMENT", 2: "NULL_POINTER", 3: "NO_DEVICE",
-    4: "DEVICE_NOT_FOUND", 5: "DEVICE", 6: "STATE", 7: "TIMEOUT", 8: "STOPPED",
-    9: "UNSUPPORTED", 10: "IO", 11: "NO_MEMORY", 12: "UNKNOWN_TOKEN",
-    13: "NOT_FOUND", 14: "BUFFER_TOO_SMALL", 15: "PANIC", 16: "INTERNAL",
-}
-_OK, _TIMEOUT, _NOT_FOUND = 0, 7, 13
+class Status(enum.IntEnum):
+    """The library's status codes (``rocev2_status``; ROCEV2_OK,
+    ROCEV2_ERR_<name>). Checked against the library at load."""
+    OK = 0
+    INVALID_ARGUMENT = 1
+    NULL_POINTER = 2
+    NO_DEVICE = 3
+    DEVICE_NOT_FOUND = 4
+    DEVICE = 5
+    STATE = 6
+    TIMEOUT = 7
+    STOPPED = 8
+    UNSUPPORTED = 9
+    IO = 10
+    NO_MEMORY = 11
+    UNKNOWN_TOKEN = 12
+    NOT_FOUND = 13
+    BUFFER_TOO_SMALL = 14
+    PANIC = 15
+    INTERNAL = 16
 
 
 class Rocev2Error(RuntimeError):
-    """A failed library call: ``status`` (int), ``status_name`` and the
-    library's message (``str(err)``)."""
+    """A failed library call: ``status`` (a :class:`Status` when the code is
+    known, else the int), ``status_name`` and the library's message
+    (``str(err)``)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
-        self.status = status
-        self.status_name = _STATUS_NAMES.get(status, f"status {status}")
+        try:
+            self.status = Status(status)
+            self.status_name = self.status.name
+        except ValueError:
+            self.status = status
+            self.status_name = f"status {status}"
 
 
 # ServerCfg.icrcCheck -> rocev2_device_config.icrc_check (ROCEV2_ICRC_*).
@@ -157,6 +177,7 @@ def _load() -> ctypes.CDLL:
         if lib.rocev2_abi_version() != ABI_VERSION:
             raise ImportError(f"{cand} has C ABI version {lib.rocev2_abi_version()}, "
                               f"this package needs {ABI_VERSION}")
+        _check_layouts(lib, cand)
         return lib
     raise ImportError("cannot load librocev2. " + _BUILD_HINT + " Tried:\n  " + "\n  ".join(errors))
 
@@ -166,8 +187,8 @@ _load_lock = threading.Lock()
 
 
 def _lib() -> ctypes.CDLL:
-    """The loaded library, loaded at first use (so the pure-Python parts,
-    e.g. ``Mtu``, ``RnrTimer`` and the config classes, import without it)."""
+    """The loaded library, loaded at first use (so the module and its code
+    tables, ``Mtu``, ``RnrTimer``, ``Status``, import without it)."""
     global _library
     if _library is None:
         with _load_lock:
@@ -210,11 +231,52 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rocev2_gid_format": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
         "rocev2_gid_detect_index": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint8,
                                         ctypes.c_char_p, ctypes.POINTER(U32)]),
+        "rocev2_gid_host_ip": (S, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+        "rocev2_status_str": (ctypes.c_char_p, [ctypes.c_int]),
+        "rocev2_struct_size": (ctypes.c_size_t, [U32]),
+        "rocev2_server_config_check": (S, [ctypes.POINTER(_ServerConfig)]),
+        "rocev2_pmtu_bytes": (S, [U32, ctypes.POINTER(U32)]),
+        "rocev2_rnr_timer_us": (S, [U32, ctypes.POINTER(U32)]),
+        "rocev2_pattern_check": (S, [P, ctypes.c_size_t, ctypes.POINTER(U64)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+
+
+# rocev2_struct_size(ROCEV2_STRUCT_*) -> the ctypes declaration of that struct.
+_STRUCTS = {1: _DeviceConfig, 2: _ServerConfig, 3: _HostParams, 4: _Frame, 5: _Stats}
+
+
+def _check_layouts(lib: ctypes.CDLL, path: str) -> None:
+    """Refuses a library whose structs are smaller than this binding's
+    declarations (an older library: fields the binding would read or set are
+    not there) or whose status codes differ. A larger struct (a newer
+    library) is fine: the size protocol gives the binding its own size."""
+    for which, struct in _STRUCTS.items():
+        theirs, ours = lib.rocev2_struct_size(which), ctypes.sizeof(struct)
+        if theirs < ours:
+            raise ImportError(
+                f"{path}: its {struct.__name__[1:]} has {theirs} bytes, this binding "
+                f"declares {ours}: the library ({lib.rocev2_version().decode()}) is older than "
+                f"the binding. Install the matching library, or the package built "
+                f"with it (`pip install ./python`).")
+    unknown = lib.rocev2_status_str(len(Status))
+    for st in Status:
+        text = lib.rocev2_status_str(int(st))
+        if text == unknown:
+            raise ImportError(f"{path}: status {int(st)} ({st.name}) is unknown to the "
+                              f"library; the binding and library disagree on the status codes")
+
+
+def _answered(written: ctypes.Structure, fn: str) -> None:
+    """The size protocol's answer: the library wrote the whole struct (a
+    shorter answer would leave fields unwritten; _check_layouts refuses such
+    a library at load, so this guards against a library swapped since)."""
+    if written.struct_size != ctypes.sizeof(written):
+        raise Rocev2Error(Status.INTERNAL, f"{fn} wrote {written.struct_size} bytes of "
+                          f"{type(written).__name__[1:]}, the binding needs {ctypes.sizeof(written)}")
 
 
 def _last_error() -> str:
@@ -225,7 +287,7 @@ def _last_error() -> str:
 
 
 def _check(status: int) -> None:
-    if status != _OK:
+    if status != Status.OK:
         raise Rocev2Error(status, _last_error())
 
 
@@ -302,16 +364,26 @@ class RnrTimer(enum.IntEnum):
 MIN_RNR_TIMER_MS = {t: float(t.name[3:].replace("_", ".")) for t in RnrTimer}
 
 
-def _check_pmtu(pmtu: int, where: str) -> None:
-    if pmtu not in PMTU_BYTES:
-        raise Rocev2Error(1, f"{where}: pmtu must be a valid Mtu code "
-                          f"({', '.join(f'{int(m)}={b}' for m, b in PMTU_BYTES.items())}); got {pmtu}")
+def _u32(value, name: str) -> int:
+    if not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
+        raise Rocev2Error(Status.INVALID_ARGUMENT, f"{name} must be an integer code; got {value!r}")
+    return value
 
 
-def _check_rnr(code: int, where: str) -> None:
-    if code not in MIN_RNR_TIMER_MS:
-        raise Rocev2Error(1, f"{where}: minRnrTimer must be an IB RNR timer code 0..31 "
-                          f"(see MIN_RNR_TIMER_MS); got {code}")
+def pmtu_bytes(pmtu: int) -> int:
+    """Payload bytes of a path MTU code (the library's table); Rocev2Error
+    (INVALID_ARGUMENT) for a code outside 1..5."""
+    out = ctypes.c_uint32(0)
+    _check(_lib().rocev2_pmtu_bytes(_u32(pmtu, "pmtu"), ctypes.byref(out)))
+    return out.value
+
+
+def rnr_timer_us(code: int) -> int:
+    """Microseconds of an IB min RNR NAK timer code (the library's table);
+    Rocev2Error (INVALID_ARGUMENT) for a code outside 0..31."""
+    out = ctypes.c_uint32(0)
+    _check(_lib().rocev2_rnr_timer_us(_u32(code, "minRnrTimer"), ctypes.byref(out)))
+    return out.value
 
 
 # ---------------------------------------------------------------------------
@@ -325,20 +397,23 @@ def _ipv4(value: str, field: str) -> str:
             raise ValueError
         return str(ipaddress.IPv4Address(value))
     except ValueError:
-        raise Rocev2Error(1, f"{field} must be an IPv4 address such as '10.0.0.20'; "
+        raise Rocev2Error(Status.INVALID_ARGUMENT, f"{field} must be an IPv4 address such as '10.0.0.20'; "
                           f"got {value!r}") from None
 
 
 def ip_to_gid_bytes(ip: str) -> bytes:
-    """IPv4 string -> 16-byte IPv4-mapped GID."""
-    return b"\x00" * 10 + b"\xff\xff" + socket.inet_aton(_ipv4(ip, "ip"))
+    """IPv4 string -> 16-byte IPv4-mapped GID (via the library)."""
+    return parse_gid(_ipv4(ip, "ip"))
 
 
 def gid_bytes_to_str(gid: bytes) -> str:
-    """16 GID bytes -> ibv_devinfo form (8 groups of 4 hex digits)."""
-    if len(gid) != 16:
-        raise Rocev2Error(1, f"GID must be 16 bytes, got {len(gid)}")
-    return ":".join(f"{w:04x}" for w in struct.unpack(">8H", gid))
+    """16 GID bytes -> ibv_devinfo form (8 groups of 4 hex digits; via the library)."""
+    raw = bytes(gid)
+    if len(raw) != 16:
+        raise Rocev2Error(Status.INVALID_ARGUMENT, f"GID must be 16 bytes, got {len(raw)}")
+    buf = ctypes.create_string_buffer(40)
+    _check(_lib().rocev2_gid_format(raw, buf, len(buf)))
+    return buf.value.decode()
 
 
 def parse_gid(text: str) -> bytes:
@@ -349,14 +424,12 @@ def parse_gid(text: str) -> bytes:
 
 
 def host_ip_from_gid(gid: str) -> str:
-    """IPv4 of an 8-group IPv4-mapped GID string; '' for anything else."""
-    groups = gid.split(":")
-    if len(groups) != 8 or groups[5].lower() != "ffff":
+    """IPv4 of an 8-group IPv4-mapped GID string; '' for anything else (via the library)."""
+    if not isinstance(gid, str) or "\0" in gid:
         return ""
-    try:
-        return ".".join(str(b) for b in bytes.fromhex(groups[6] + groups[7]))
-    except ValueError:
-        return ""
+    buf = ctypes.create_string_buffer(16)
+    _check(_lib().rocev2_gid_host_ip(gid.encode(), buf, len(buf)))
+    return buf.value.decode()
 
 
 def detect_gid_index(device: str, ip: str, ib_port: int = 1,
@@ -366,7 +439,7 @@ def detect_gid_index(device: str, ip: str, ib_port: int = 1,
     st = _lib().rocev2_gid_detect_index(device.encode(), ip.encode(), ib_port,
                                          sysfs_root.encode() if sysfs_root else None,
                                          ctypes.byref(out))
-    if st == _NOT_FOUND:
+    if st == Status.NOT_FOUND:
         return None
     _check(st)
     return out.value
@@ -374,28 +447,24 @@ def detect_gid_index(device: str, ip: str, ib_port: int = 1,
 
 def pattern_check(data) -> int:
     """Checks a frame of the FPGA emulator's pattern (bytes 0..8: sequence
-    number, little-endian; then xorshift32 seeded from it); returns the
-    sequence number or raises ValueError."""
-    b = bytes(data)
-    if len(b) < 8:
-        raise ValueError(f"frame of {len(b)} bytes is too short for the pattern (>= 8)")
-    seq = int.from_bytes(b[:8], "little")
-    s = ((seq * 0x9E3779B97F4A7C15 & 0xFFFFFFFFFFFFFFFF) >> 32) | 1
-    out = bytearray()
-    while len(out) < len(b) - 8:
-        s ^= (s << 13) & 0xFFFFFFFF
-        s ^= s >> 17
-        s ^= (s << 5) & 0xFFFFFFFF
-        out += s.to_bytes(4, "little")
-    if bytes(out[:len(b) - 8]) != b[8:]:
-        raise ValueError(f"frame {seq}: payload differs from the pattern")
-    return seq
+    number, little-endian; then xorshift32 seeded from it) with the library's
+    check; returns the sequence number or raises ValueError. ``data``: a
+    :class:`Frame` (checked in place, no copy) or any bytes-like object."""
+    seq = ctypes.c_uint64(0)
+    if isinstance(data, Frame):
+        st = _lib().rocev2_pattern_check(data.address, len(data), ctypes.byref(seq))
+    else:
+        b = bytes(data)
+        st = _lib().rocev2_pattern_check(b, len(b), ctypes.byref(seq))
+    if st != Status.OK:
+        raise ValueError(_last_error())
+    return seq.value
 
 
 def validate_channel(channel: int) -> int:
     """Checks a channel id (immediate bits [7:0]): 0..255."""
     if not isinstance(channel, int) or not 0 <= channel <= 0xFF:
-        raise Rocev2Error(1, f"channel must be in the range 0..255 (bits [7:0] of the "
+        raise Rocev2Error(Status.INVALID_ARGUMENT, f"channel must be in the range 0..255 (bits [7:0] of the "
                           f"RDMA immediate value); got {channel}")
     return channel
 
@@ -432,26 +501,40 @@ class ServerCfg:
 
     def __post_init__(self) -> None:
         if self.icrcCheck not in _ICRC_CHECK:
-            raise Rocev2Error(1, f"icrcCheck must be one of {sorted(_ICRC_CHECK)}; got {self.icrcCheck!r}")
+            raise Rocev2Error(Status.INVALID_ARGUMENT, f"icrcCheck must be one of {sorted(_ICRC_CHECK)}; got {self.icrcCheck!r}")
         self.ip = _ipv4(self.ip, "ServerCfg.ip (the FPGA's address)")
         self.bindAddr = _ipv4(self.bindAddr, "ServerCfg.bindAddr (the soft backend's address)")
         for field in ("udpPort", "peerUdpPort"):
             port = getattr(self, field)
             if not isinstance(port, int) or not 0 <= port <= 0xFFFF:
-                raise Rocev2Error(1, f"ServerCfg.{field} must be in the range 0..65535; got {port!r}")
+                raise Rocev2Error(Status.INVALID_ARGUMENT, f"ServerCfg.{field} must be in the range 0..65535; got {port!r}")
         if self.maxPayload is None:
             self.maxPayload = DEFAULT_MAX_PAYLOAD
         if self.rxQueueDepth is None:
             self.rxQueueDepth = DEFAULT_RX_QUEUE_DEPTH
         if not 1 <= self.ibPort <= 255:
-            raise Rocev2Error(1, f"ibPort must be in the range 1..255; got {self.ibPort}")
+            raise Rocev2Error(Status.INVALID_ARGUMENT, f"ibPort must be in the range 1..255; got {self.ibPort}")
         if not -1 <= self.gidIndex <= 255:
-            raise Rocev2Error(1, f"gidIndex must be -1 (auto) or 0..255; got {self.gidIndex}")
-        mr_len = self.maxPayload * self.rxQueueDepth
-        if mr_len >= 1 << 32:
-            raise Rocev2Error(1, f"FPGA MR length {mr_len} bytes ({mr_len / 2**30:.1f} GiB) exceeds "
-                              f"the 32-bit field of the metadata bus. Reduce maxPayload "
-                              f"({self.maxPayload}) or rxQueueDepth ({self.rxQueueDepth}).")
+            raise Rocev2Error(Status.INVALID_ARGUMENT, f"gidIndex must be -1 (auto) or 0..255; got {self.gidIndex}")
+        # Payload size, queue depth, the MR's 32-bit length: the library's checks.
+        _check(_lib().rocev2_server_config_check(ctypes.byref(self._c_config())))
+
+    def _c_config(self) -> _ServerConfig:
+        """This config as the library's rocev2_server_config."""
+        sc = _ServerConfig()
+        _check(_lib().rocev2_server_config_init(ctypes.byref(sc), ctypes.sizeof(sc)))
+        for name, value in (("max_payload", self.maxPayload), ("rx_queue_depth", self.rxQueueDepth),
+                            ("spin_us", self.spinUs), ("stop_timeout_ms", self.stopTimeoutMs)):
+            if not isinstance(value, int) or not 0 <= value <= 0xFFFFFFFF:
+                raise Rocev2Error(Status.INVALID_ARGUMENT,
+                                  f"ServerCfg: {name} must be an integer 0..2^32-1; got {value!r}")
+            setattr(sc, name, value)
+        if not isinstance(self.cpuAffinity, int) or not -(1 << 31) <= self.cpuAffinity < 1 << 31:
+            raise Rocev2Error(Status.INVALID_ARGUMENT,
+                              f"ServerCfg.cpuAffinity must be -1 or a CPU number; got {self.cpuAffinity!r}")
+        sc.cpu_affinity = self.cpuAffinity
+        sc.mr_remote_write = int(bool(self.mrRemoteWrite))
+        return sc
 
 
 @dataclasses.dataclass
@@ -464,8 +547,8 @@ class TransportCfg:
     retryCount: int = 3
 
     def __post_init__(self) -> None:
-        _check_pmtu(self.pmtu, "TransportCfg")
-        _check_rnr(self.minRnrTimer, "TransportCfg")
+        pmtu_bytes(self.pmtu)  # the library's tables say which codes exist
+        rnr_timer_us(self.minRnrTimer)
 
 
 class HostParams(typing.NamedTuple):
@@ -561,7 +644,7 @@ class Server:
             else:
                 detected = detect_gid_index(cfg.deviceName, cfg.ip, cfg.ibPort)
                 if detected is None:
-                    raise Rocev2Error(13, f"could not auto-detect a RoCE v2 IPv4 GID on "
+                    raise Rocev2Error(Status.NOT_FOUND, f"could not auto-detect a RoCE v2 IPv4 GID on "
                                       f"{cfg.deviceName} matching {cfg.ip}'s subnet — pass "
                                       f"gidIndex explicitly (see: ibv_devinfo -v -d {cfg.deviceName})")
                 gid_index = detected
@@ -577,14 +660,7 @@ class Server:
         dc.icrc_check = _ICRC_CHECK[cfg.icrcCheck]
         _check(_lib().rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
         try:
-            sc = _ServerConfig()
-            _check(_lib().rocev2_server_config_init(ctypes.byref(sc), ctypes.sizeof(sc)))
-            sc.max_payload = cfg.maxPayload
-            sc.rx_queue_depth = cfg.rxQueueDepth
-            sc.spin_us = cfg.spinUs
-            sc.stop_timeout_ms = cfg.stopTimeoutMs
-            sc.cpu_affinity = cfg.cpuAffinity
-            sc.mr_remote_write = int(cfg.mrRemoteWrite)
+            sc = cfg._c_config()
             _check(_lib().rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
             self.setFpgaGid(ip_to_gid_bytes(cfg.ip))
         except BaseException:
@@ -594,14 +670,14 @@ class Server:
     # -- lifecycle ---------------------------------------------------------
     def _handle(self) -> ctypes.c_void_p:
         if not self._srv:
-            raise Rocev2Error(8, "server is closed")
+            raise Rocev2Error(Status.STOPPED, "server is closed")
         return self._srv
 
     def setFpgaGid(self, gid: typing.Union[bytes, str]) -> None:
         """FPGA GID: 16 bytes, or text (IPv4 / GID string)."""
         raw = parse_gid(gid) if isinstance(gid, str) else bytes(gid)
         if len(raw) != 16:
-            raise Rocev2Error(1, f"GID must be 16 bytes, got {len(raw)}")
+            raise Rocev2Error(Status.INVALID_ARGUMENT, f"GID must be 16 bytes, got {len(raw)}")
         _check(_lib().rocev2_server_set_fpga_gid(self._handle(), raw))
 
     set_fpga_gid = setFpgaGid
@@ -619,8 +695,7 @@ class Server:
                            pmtu: int = Mtu.MTU_4096, minRnrTimer: int = 12) -> None:
         """INIT->RTR->RTS and start receiving. ``fpgaRqPsn`` defaults to the
         host SQ PSN (surf programs the FPGA's send PSN with it)."""
-        _check_pmtu(pmtu, "completeConnection")
-        _check_rnr(minRnrTimer, "completeConnection")
+        pmtu, minRnrTimer = _u32(pmtu, "pmtu"), _u32(minRnrTimer, "minRnrTimer")
         if fpgaRqPsn is None:
             fpgaRqPsn = self.getSqPsn()
         _check(_lib().rocev2_server_complete_connection(self._handle(), fpgaQpn, fpgaRqPsn,
@@ -664,9 +739,10 @@ class Server:
         f = _Frame()
         f.struct_size = ctypes.sizeof(f)
         st = _lib().rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
-        if st == _TIMEOUT:
+        if st == Status.TIMEOUT:
             return None
         _check(st)
+        _answered(f, "rocev2_server_poll_frame")
         return Frame(self, f)
 
     def poll(self, timeout: typing.Optional[float] = None,
@@ -702,7 +778,7 @@ class Server:
             try:
                 f = self.poll(timeout, channel)
             except Rocev2Error as e:
-                if e.status == 8:
+                if e.status == Status.STOPPED:
                     return
                 raise
             if f is None:
@@ -723,6 +799,7 @@ class Server:
         hp = _HostParams()
         hp.struct_size = ctypes.sizeof(hp)
         _check(_lib().rocev2_server_get_host_params(self._handle(), ctypes.byref(hp)))
+        _answered(hp, "rocev2_server_get_host_params")
         return hp
 
     def getQpn(self) -> int:
@@ -772,11 +849,7 @@ class Server:
 
     def get_host_params(self) -> HostParams:
         """The five values the FPGA engine's setupConnection() takes."""
-        hp = self._hp()
-        mr_len = self._cfg.maxPayload * self._cfg.rxQueueDepth
-        if mr_len >= 1 << 32:
-            raise Rocev2Error(1, f"FPGA MR length {mr_len} bytes exceeds the 32-bit field of the "
-                              f"metadata bus. Reduce maxPayload or rxQueueDepth.")
+        hp = self._hp()  # the library checked the MR length at create
         return HostParams(hp.qpn, hp.rq_psn, hp.sq_psn, hp.mr_addr, hp.mr_len)
 
     getHostParams = get_host_params
@@ -786,6 +859,7 @@ class Server:
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
+        _answered(s, "rocev2_server_get_stats")
         return {n: getattr(s, n) for n in _STAT_FIELDS}
 
     def is_running(self) -> bool:

@@ -64,6 +64,39 @@ pub unsafe extern "C" fn rocev2_gid_format(
     })
 }
 
+/// The IPv4 address of an IPv4-mapped GID string in ibv_devinfo form
+/// ("0000:0000:0000:0000:0000:ffff:0a00:0001" -> "10.0.0.1"; exactly 8
+/// groups, group 5 `ffff`), copied into `buf` (16 bytes suffice; the
+/// caller's); an empty string for any other text (pyrogue's
+/// `_host_ip_from_gid`). ROCEV2_ERR_BUFFER_TOO_SMALL when the address does
+/// not fit.
+///
+/// Thread safety: any thread, concurrently with any call.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_gid_host_ip(
+    gid: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: NUL-terminated string per the API contract.
+        let t = unsafe { c_str(gid, "gid") }?;
+        if buf.is_null() {
+            return Err(null("buf"));
+        }
+        let ip = crate::gid::host_ip_from_gid(t);
+        if len <= ip.len() {
+            return Err(Error::new(
+                ErrorKind::BufferTooSmall,
+                format!("the address {ip} needs {} bytes; got {len}", ip.len() + 1),
+            ));
+        }
+        // SAFETY: buf has len > ip.len() writable bytes.
+        unsafe { copy_out(&ip, buf, len) };
+        Ok(())
+    })
+}
+
 /// Finds the GID index of the RoCE v2, IPv4-mapped GID on `fpga_ip`'s /24 for
 /// `device` port `ib_port`, reading sysfs under `sysfs_root` (NULL = "/sys").
 /// ROCEV2_ERR_NO_DEVICE ("No RDMA devices found on this host") or

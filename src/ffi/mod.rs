@@ -1,6 +1,7 @@
 //! The stable C API (ABI v2). `include/rocev2.h` is generated from these
 //! files by cbindgen; the header test fails when it is stale. One file per
-//! handle: `device.rs`, `server.rs`, `frame.rs`, `gid.rs`, `logging.rs`;
+//! handle: `device.rs`, `server.rs`, `frame.rs`, `gid.rs`, `logging.rs`, and
+//! `checks.rs` (struct sizes, code tables, validation, the emulator's pattern);
 //! `guard.rs` is the boundary every function goes through.
 //!
 //! Rules for every function:
@@ -18,6 +19,7 @@
 // and in the header: a pointer argument is NULL or valid for its type.
 #![allow(clippy::missing_safety_doc)]
 
+mod checks;
 mod device;
 mod frame;
 mod gid;
@@ -29,6 +31,7 @@ use std::ffi::{c_char, c_int, CStr};
 
 use guard::copy_out;
 
+pub use checks::*;
 pub use device::*;
 pub use frame::*;
 pub use gid::*;

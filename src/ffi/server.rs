@@ -192,6 +192,38 @@ unsafe impl Sized2 for rocev2_stats {
     const FIRST_SIZE: usize = std::mem::size_of::<rocev2_stats>();
 }
 
+/// Reads and validates a caller's server config (NULL = the defaults):
+/// the config and its `mr_remote_write` flag (a device setting in Rust).
+///
+/// # Safety
+/// `cfg` is NULL or points to `cfg->struct_size` readable bytes.
+pub(crate) unsafe fn server_config_from(
+    cfg: *const rocev2_server_config,
+) -> Result<(ServerConfig, bool)> {
+    let mut sc = ServerConfig::default();
+    let mut remote_write = false;
+    if !cfg.is_null() {
+        // SAFETY: non-null, struct_size readable bytes (the caller's contract).
+        let c = unsafe { read_sized(cfg, rocev2_server_config::default(), "cfg") }?;
+        sc.max_payload = c.max_payload;
+        sc.rx_queue_depth = c.rx_queue_depth;
+        sc.spin_us = c.spin_us;
+        sc.stop_timeout_ms = c.stop_timeout_ms;
+        remote_write = c.mr_remote_write != 0;
+        sc.cpu_affinity = match c.cpu_affinity {
+            -1 => None,
+            n if n >= 0 => Some(n as u32),
+            n => {
+                return Err(Error::invalid(format!(
+                    "cpu_affinity must be -1 (not pinned) or a CPU number; got {n}"
+                )))
+            }
+        };
+    }
+    sc.validate()?;
+    Ok((sc, remote_write))
+}
+
 impl Default for rocev2_server_config {
     fn default() -> Self {
         let d = ServerConfig::default();
@@ -247,27 +279,8 @@ pub unsafe extern "C" fn rocev2_server_create(
         let out = unsafe { deref_mut(out, "out") }?;
         *out = std::ptr::null_mut();
         // Arguments first (so a bad config is reported as such), then the handle.
-        let mut sc = ServerConfig::default();
-        let mut remote_write = false;
-        if !cfg.is_null() {
-            // SAFETY: non-null, struct_size readable bytes (API contract).
-            let c = unsafe { read_sized(cfg, rocev2_server_config::default(), "cfg") }?;
-            sc.max_payload = c.max_payload;
-            sc.rx_queue_depth = c.rx_queue_depth;
-            sc.spin_us = c.spin_us;
-            sc.stop_timeout_ms = c.stop_timeout_ms;
-            remote_write = c.mr_remote_write != 0;
-            sc.cpu_affinity = match c.cpu_affinity {
-                -1 => None,
-                n if n >= 0 => Some(n as u32),
-                n => {
-                    return Err(Error::invalid(format!(
-                        "cpu_affinity must be -1 (not pinned) or a CPU number; got {n}"
-                    )))
-                }
-            };
-        }
-        sc.validate()?;
+        // SAFETY: cfg is NULL or valid per the API contract.
+        let (sc, remote_write) = unsafe { server_config_from(cfg) }?;
         // SAFETY: as above (a handle from rocev2_device_open).
         let dev = unsafe { rocev2_device::borrow(dev, "dev") }?;
         let core = Server::create_core(&dev.with_mr_remote_write(remote_write), &sc)?;

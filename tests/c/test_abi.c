@@ -140,8 +140,32 @@ static void newer_caller_zero_tail_accepted_nonzero_refused(rocev2_device* dev) 
     CHECK(strstr(last(), "is not zero") != NULL);
 }
 
+/* What a binding that declares the structs itself checks at load. */
+static void struct_sizes_and_code_tables(void) {
+    CHECK(rocev2_struct_size(ROCEV2_STRUCT_DEVICE_CONFIG) == sizeof(rocev2_device_config));
+    CHECK(rocev2_struct_size(ROCEV2_STRUCT_SERVER_CONFIG) == sizeof(rocev2_server_config));
+    CHECK(rocev2_struct_size(ROCEV2_STRUCT_HOST_PARAMS) == sizeof(rocev2_host_params));
+    CHECK(rocev2_struct_size(ROCEV2_STRUCT_FRAME) == sizeof(rocev2_frame));
+    CHECK(rocev2_struct_size(ROCEV2_STRUCT_STATS) == sizeof(rocev2_stats));
+    CHECK(rocev2_struct_size(0) == 0);
+    uint32_t v = 0;
+    CHECK_OK(rocev2_pmtu_bytes(3, &v));
+    CHECK(v == 1024);
+    CHECK(rocev2_pmtu_bytes(0, &v) == ROCEV2_ERR_INVALID_ARGUMENT && strstr(last(), "got 0"));
+    CHECK_OK(rocev2_rnr_timer_us(12, &v));
+    CHECK(v == 640);
+    rocev2_server_config sc;
+    CHECK_OK(rocev2_server_config_init(&sc, sizeof sc));
+    CHECK_OK(rocev2_server_config_check(&sc));
+    sc.max_payload = 65536;
+    sc.rx_queue_depth = 65536;
+    CHECK(rocev2_server_config_check(&sc) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last(), "exceeds 4 GiB") != NULL);
+}
+
 int main(void) {
     CHECK(rocev2_abi_version() == ROCEV2_ABI_VERSION && ROCEV2_ABI_VERSION == 2);
+    struct_sizes_and_code_tables();
     older_caller_init_writes_only_its_size();
     rocev2_device* dev = soft_device();
     rocev2_server_config sc;
