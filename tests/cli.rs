@@ -9,6 +9,8 @@ use std::net::UdpSocket;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Output, Stdio};
 
+mod common;
+
 use rocev2::emulator::pattern;
 use serde_json::Value;
 
@@ -295,24 +297,8 @@ fn a_closed_stdout_pipe_ends_the_process_quietly() {
 /// `rocev2 recv` on a free port with ACKs to the source port, its host
 /// params line parsed.
 fn recv(extra: &[&str]) -> (Child, BufReader<std::process::ChildStdout>, Value) {
-    let mut child = Command::new(exe())
-        .args([
-            "recv",
-            "--port",
-            "0",
-            "--peer-port",
-            "0",
-            "--fpga-ip",
-            "127.0.0.1",
-        ])
-        .args([
-            "--fpga-qpn",
-            "0x4242",
-            "--max-payload",
-            "4096",
-            "--depth",
-            "64",
-        ])
+    let mut child = common::recv_command()
+        .args(["--max-payload", "4096", "--depth", "64"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -6,22 +6,13 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
 mod common;
-use common::number;
+use common::{number, recv_command};
 
 #[test]
 fn recv_and_fpga_sim_interoperate() {
     let exe = env!("CARGO_BIN_EXE_rocev2");
-    let mut recv = Command::new(exe)
+    let mut recv = recv_command()
         .args([
-            "recv",
-            "--port",
-            "0",
-            "--peer-port",
-            "0",
-            "--fpga-ip",
-            "127.0.0.1",
-            "--fpga-qpn",
-            "0x4242",
             "--frames",
             "5000",
             "--verify",

@@ -20,3 +20,17 @@ pub fn number(json: &str, key: &str) -> u64 {
     v.parse()
         .unwrap_or_else(|_| panic!("{key} = {v:?} is not a number in {json}"))
 }
+
+/// `rocev2 recv` on a free UDP port, ACKing each packet's source port, for
+/// an FPGA emulator on 127.0.0.1 with QP 0x4242; add the rest with `.args`.
+#[allow(dead_code)] // not every test crate starts a receiver
+pub fn recv_command() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rocev2"));
+    c.args(["recv", "--port", "0", "--peer-port", "0"]).args([
+        "--fpga-ip",
+        "127.0.0.1",
+        "--fpga-qpn",
+        "0x4242",
+    ]);
+    c
+}

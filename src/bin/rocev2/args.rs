@@ -274,6 +274,55 @@ impl From<IcrcArg> for rocev2::IcrcCheck {
 }
 
 /// The path MTU for code `pmtu` (already range-checked by clap).
+/// Fault injection by the emulator (`demo`, `fpga-sim`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct FaultArgs {
+    /// Faults the emulator injects, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "none",
+        hide_default_value = true
+    )]
+    pub faults: FaultSpec,
+    /// Seed of the fault injection
+    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u64>(0, u64::MAX))]
+    pub seed: u64,
+}
+
+impl FaultArgs {
+    /// The emulator's fault settings.
+    pub fn faults(&self) -> Faults {
+        self.faults.faults(self.seed)
+    }
+    /// Whether any fault is set.
+    pub fn any(&self) -> bool {
+        self.faults.any()
+    }
+    /// `"{sep}faults {spec}"` when any fault is set, else "" (banner lines).
+    pub fn suffix(&self, sep: &str) -> String {
+        if self.any() {
+            format!("{sep}faults {}", self.faults)
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// The frames' shape: what `demo`, `fpga-sim` and `verbs-fpga` send.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Shape {
+    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
+    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
+    pub size: u32,
+    /// Channels, used in turn (the immediate data's low byte)
+    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
+    pub channels: Channels,
+    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
+    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
+    pub pmtu: u32,
+}
+
 pub fn mtu(pmtu: u32) -> rocev2::Mtu {
     rocev2::Mtu::from_code(pmtu).expect("--pmtu is range-checked 1..=5")
 }

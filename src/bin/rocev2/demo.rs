@@ -12,7 +12,7 @@ use rocev2::emulator::pattern;
 use rocev2::emulator::{EmulatorConfig, FpgaEmulator};
 use rocev2::{ConnectParams, Device, Frame, Server, ServerConfig, SoftConfig};
 
-use crate::args::{self, num, Channels, FaultSpec, IcrcArg, MAX_DEPTH, MAX_PAYLOAD};
+use crate::args::{self, num, FaultArgs, IcrcArg, Shape, MAX_DEPTH};
 use crate::out::{self, lib_err, FlagNames};
 use crate::{Exit, Fail, Outcome, AFTER_HELP};
 
@@ -33,29 +33,13 @@ pub struct DemoArgs {
     /// Frames to stream
     #[arg(long, value_name = "N", default_value = "200000", value_parser = num::<u64>(1, u64::MAX))]
     frames: u64,
-    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
-    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
-    size: u32,
-    /// Channels, used in turn (the immediate data's low byte)
-    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
-    channels: Channels,
+    #[command(flatten)]
+    shape: Shape,
     /// Receive slots of the server
     #[arg(long, value_name = "SLOTS", default_value = "256", value_parser = num::<u32>(1, MAX_DEPTH))]
     depth: u32,
-    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
-    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
-    pmtu: u32,
-    /// Faults the emulator injects, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001
-    #[arg(
-        long,
-        value_name = "SPEC",
-        default_value = "none",
-        hide_default_value = true
-    )]
-    faults: FaultSpec,
-    /// Seed of the fault injection
-    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u64>(0, u64::MAX))]
-    seed: u64,
+    #[command(flatten)]
+    faults: FaultArgs,
     /// Also measure raw loopback UDP for this long, as a reference
     #[arg(long, value_name = "SECONDS", value_parser = args::seconds)]
     udp_ceiling: Option<f64>,
@@ -127,15 +111,15 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
     )
     .map_err(&e)?;
     let cfg = ServerConfig {
-        max_payload: a.size,
+        max_payload: a.shape.size,
         rx_queue_depth: a.depth,
         ..Default::default()
     };
     let server = Server::create(&dev, &cfg).map_err(&e)?;
     let hp = server.host_params();
     let mut ecfg = EmulatorConfig::for_server(&hp).map_err(&e)?;
-    ecfg.pmtu = args::mtu(a.pmtu);
-    ecfg.faults = a.faults.faults(a.seed);
+    ecfg.pmtu = args::mtu(a.shape.pmtu);
+    ecfg.faults = a.faults.faults();
     if a.faults.any() {
         ecfg.timeout_code = 12;
     }
@@ -145,19 +129,19 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
         next: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         first_error: Mutex::new(None),
-        channels: a.channels.0.clone(),
+        channels: a.shape.channels.0.clone(),
     });
     let v2 = v.clone();
     server
         .set_frame_callback(move |f| v2.check(&f))
         .map_err(&e)?;
-    let params = ConnectParams::new(emu.qpn(), hp.sq_psn, a.pmtu, 1).map_err(&e)?;
+    let params = ConnectParams::new(emu.qpn(), hp.sq_psn, a.shape.pmtu, 1).map_err(&e)?;
     server.complete_connection(&params).map_err(&e)?;
     Ok(Rig { server, emu, v })
 }
 
 pub fn run(a: DemoArgs) -> Outcome {
-    check_slab(a.size, a.depth, "--size")?;
+    check_slab(a.shape.size, a.depth, "--size")?;
     let Rig { server, mut emu, v } = build(&a)?;
     let hp = server.host_params();
     println!(
@@ -169,37 +153,23 @@ pub fn run(a: DemoArgs) -> Outcome {
         emu.local_addr(),
         emu.qpn(),
         a.frames,
-        a.size,
-        128u32 << a.pmtu,
+        a.shape.size,
+        128u32 << a.shape.pmtu,
         a.depth,
-        a.channels,
-        if a.faults.any() {
-            format!(", faults {}", a.faults)
-        } else {
-            String::new()
-        }
+        a.shape.channels,
+        a.faults.suffix(", ")
     );
-    let bar = out::progress(Some(a.frames), "frames");
     let t0 = Instant::now();
-    let streamed = emu.stream(
-        a.frames,
-        a.size as usize,
-        &a.channels.0,
-        64, // a short queue, like the FPGA's ring
-        Duration::from_secs(3600),
-        |done| {
-            bar.set_position(done);
-            let r = Rate::of(done, done * a.size as u64, t0.elapsed());
-            bar.set_message(format!("{:.2} Gbit/s", r.gbit));
-        },
-    );
+    let streamed = out::stream_with_progress(&mut emu, a.frames, &a.shape, |bar, done| {
+        let r = Rate::of(done, done * a.shape.size as u64, t0.elapsed());
+        bar.set_message(format!("{:.2} Gbit/s", r.gbit));
+    });
     let deadline = Instant::now() + Duration::from_secs(10);
     while streamed.is_ok() && v.next.load(Ordering::Relaxed) < a.frames && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(1));
     }
     let elapsed = t0.elapsed();
-    bar.finish_and_clear();
     server.stop();
     streamed.map_err(out::emulator_err(FLAGS))?;
     let got = v.next.load(Ordering::Relaxed);
@@ -277,8 +247,8 @@ fn report(
         );
     }
     if let Some(secs) = a.udp_ceiling {
-        let mtu_bytes = 128usize << a.pmtu;
-        let size = a.size as usize;
+        let mtu_bytes = 128usize << a.shape.pmtu;
+        let size = a.shape.size as usize;
         let wire =
             rocev2::wire::Packet::wire_len(rocev2::wire::Opcode::SendOnlyImm, size.min(mtu_bytes));
         let c = udp_ceiling(wire, Duration::from_secs_f64(secs)).map_err(lib_err(FLAGS))?;

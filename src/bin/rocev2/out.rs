@@ -6,8 +6,10 @@ use std::net::{SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rocev2::emulator::FpgaEmulator;
 use rocev2::ErrorKind;
 
+use crate::args::Shape;
 use crate::{Exit, Fail};
 
 /// serde_json formatting with a space after `:` and `,` (`{"qpn": 1, ...}`),
@@ -20,11 +22,7 @@ impl serde_json::ser::Formatter for Spaced {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        sep(w, first)
     }
     fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(b": ")
@@ -34,11 +32,16 @@ impl serde_json::ser::Formatter for Spaced {
         w: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            w.write_all(b", ")
-        }
+        sep(w, first)
+    }
+}
+
+/// ", " before every key or value but the first.
+fn sep<W: ?Sized + Write>(w: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        w.write_all(b", ")
     }
 }
 
@@ -67,6 +70,31 @@ pub fn round3(x: f64) -> f64 {
 
 /// A progress bar on stderr when stderr is a terminal; hidden otherwise.
 /// `total` None draws a spinner with the count.
+/// Streams `frames` pattern frames of `shape` from the emulator (a queue of
+/// 64, like the FPGA's ring) with a progress bar on a terminal;
+/// `on_progress(bar, done)` may add a message.
+pub fn stream_with_progress(
+    emu: &mut FpgaEmulator,
+    frames: u64,
+    shape: &Shape,
+    mut on_progress: impl FnMut(&ProgressBar, u64),
+) -> rocev2::Result<()> {
+    let bar = progress(Some(frames), "frames");
+    let res = emu.stream(
+        frames,
+        shape.size as usize,
+        &shape.channels.0,
+        64,
+        Duration::from_secs(3600),
+        |done| {
+            bar.set_position(done);
+            on_progress(&bar, done);
+        },
+    );
+    bar.finish_and_clear();
+    res
+}
+
 pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()

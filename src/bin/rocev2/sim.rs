@@ -9,7 +9,7 @@ use rocev2::bench::Rate;
 use rocev2::emulator::{EmulatorConfig, FpgaEmulator};
 use serde_json::json;
 
-use crate::args::{self, num, Channels, FaultSpec, MAX_24BIT, MAX_PAYLOAD};
+use crate::args::{self, num, FaultArgs, Shape, MAX_24BIT};
 use crate::out::{self, lib_err, print_json, round3, FlagNames};
 use crate::{Exit, Outcome, AFTER_HELP};
 
@@ -41,26 +41,10 @@ pub struct FpgaSimArgs {
     /// Frames to stream
     #[arg(long, value_name = "N", default_value = "10000", value_parser = num::<u64>(1, u64::MAX))]
     frames: u64,
-    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
-    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
-    size: u32,
-    /// Channels, used in turn (the immediate data's low byte)
-    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
-    channels: Channels,
-    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
-    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
-    pmtu: u32,
-    /// Faults to inject, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001
-    #[arg(
-        long,
-        value_name = "SPEC",
-        default_value = "none",
-        hide_default_value = true
-    )]
-    faults: FaultSpec,
-    /// Seed of the fault injection
-    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u64>(0, u64::MAX))]
-    seed: u64,
+    #[command(flatten)]
+    shape: Shape,
+    #[command(flatten)]
+    faults: FaultArgs,
     /// Local ACK timeout code: 4.096 us x 2^code (14 = 67 ms, surf's default)
     #[arg(long, value_name = "0..31", default_value = "14", value_parser = num::<u8>(0, 31))]
     timeout_code: u8,
@@ -81,8 +65,8 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     if let Some(q) = a.qpn {
         cfg.qpn = q;
     }
-    cfg.pmtu = args::mtu(a.pmtu);
-    cfg.faults = a.faults.faults(a.seed);
+    cfg.pmtu = args::mtu(a.shape.pmtu);
+    cfg.faults = a.faults.faults();
     cfg.timeout_code = a.timeout_code;
     cfg.window = a.window;
     cfg.retry_cnt = a.retry_cnt;
@@ -96,25 +80,12 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         a.host,
         a.host_qpn,
         a.psn,
-        if a.faults.any() {
-            format!("; faults {}", a.faults)
-        } else {
-            String::new()
-        }
+        a.faults.suffix("; ")
     );
-    let bar = out::progress(Some(a.frames), "frames");
     let t0 = Instant::now();
-    let res = emu.stream(
-        a.frames,
-        a.size as usize,
-        &a.channels.0,
-        64,
-        Duration::from_secs(3600),
-        |done| bar.set_position(done),
-    );
-    bar.finish_and_clear();
+    let res = out::stream_with_progress(&mut emu, a.frames, &a.shape, |_, _| ());
     res.map_err(out::emulator_err(FLAGS))?;
-    let r = Rate::of(a.frames, a.frames * a.size as u64, t0.elapsed());
+    let r = Rate::of(a.frames, a.frames * a.shape.size as u64, t0.elapsed());
     let s = emu.stats();
     print_json(json!({
         "frames": a.frames, "gbit_per_s": round3(r.gbit), "retransmits": s.requester.retransmits,
@@ -162,15 +133,8 @@ pub struct VerbsFpgaArgs {
     /// Frames to stream
     #[arg(long, value_name = "N", default_value = "1000", value_parser = num::<u64>(1, u64::MAX))]
     frames: u64,
-    /// Bytes per frame (at least 8: the pattern carries the frame's sequence number)
-    #[arg(long, value_name = "BYTES", default_value = "4096", value_parser = num::<u32>(8, MAX_PAYLOAD))]
-    size: u32,
-    /// Channels, used in turn (the immediate data's low byte)
-    #[arg(long, value_name = "LIST", default_value = "0,1,2,3")]
-    channels: Channels,
-    /// Path MTU code: 1=256 2=512 3=1024 4=2048 5=4096 bytes
-    #[arg(long, value_name = "1..5", default_value = "5", value_parser = num::<u32>(1, 5))]
-    pmtu: u32,
+    #[command(flatten)]
+    shape: Shape,
     /// Sends in flight
     #[arg(long, value_name = "N", default_value = "16", value_parser = num::<u32>(1, 4096))]
     inflight: u32,
@@ -185,22 +149,22 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     use std::sync::Arc;
     let e = lib_err(&[("gid_index", "--gid-index"), ("ib_port", "--ib-port")]);
     let dev = VerbsDevice::open(&a.device, a.ib_port, a.gid_index).map_err(&e)?;
-    let mut req =
-        VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.size as usize).map_err(&e)?;
+    let mut req = VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.shape.size as usize)
+        .map_err(&e)?;
     let gid = req.gid().map_err(&e)?;
     print_json(json!({"qpn": req.qpn(), "gid": gid.to_string()}));
     let mut line = String::new();
     std::io::stdin()
         .read_line(&mut line)
         .map_err(|err| crate::Fail::runtime(format!("reading stdin failed: {err}")))?;
-    req.connect(a.host_qpn, a.host_gid, a.psn, args::mtu(a.pmtu))
+    req.connect(a.host_qpn, a.host_gid, a.psn, args::mtu(a.shape.pmtu))
         .map_err(&e)?;
     let fill = a.fill == Fill::Pattern;
     let st = req
         .stream_with(
             a.frames,
-            a.size as usize,
-            &a.channels.0,
+            a.shape.size as usize,
+            &a.shape.channels.0,
             Duration::from_secs(600),
             fill,
         )
