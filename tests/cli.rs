@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 mod common;
 
 use rocev2::emulator::pattern;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_rocev2")
@@ -485,4 +485,37 @@ fn recv_out_to_an_unwritable_path_fails_before_the_server_starts() {
     assert_eq!(o.status.code(), Some(1));
     assert!(o.stdout.is_empty());
     assert!(text(&o.stderr).contains("--out /nonexistent-dir/x.dat: cannot create"));
+}
+
+/// An FPGA re-programmed after a reload starts over at the host SQ PSN with
+/// the same params: the server re-synchronises, delivers every frame, counts
+/// the restart and says what happened.
+#[test]
+fn a_restarted_fpga_is_detected_and_its_new_stream_delivered() {
+    // The scenario: one live recv, fpga-sim twice with the same params.
+    let (child, out, params) = recv(&["--frames", "2000", "--idle-timeout", "20"]);
+    for _ in 0..2 {
+        let o = fpga_sim(&params, 1000, 4096, "0,1", &[]);
+        let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(sim["frames"], 1000);
+    }
+    let (sum, code, err) = finish(child, out);
+    assert_eq!((code, &sum["frames"]), (0, &json!(2000)), "{sum} {err}");
+    assert_eq!(sum["peer_restarts"], 1, "{sum}");
+    assert!(
+        err.contains("peer restart #1: the FPGA sent a new message at PSN"),
+        "{err}"
+    );
+    // --restart-after: in one run, the frames' sequence numbers going on (--verify).
+    let (child, out, params) = recv(&["--frames", "3000", "--verify", "--idle-timeout", "20"]);
+    let o = fpga_sim(&params, 3000, 1024, "0", &["--restart-after", "1000"]);
+    let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(sim["restarts"], 2, "{sim}");
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(code, 0, "{sum} {err}");
+    assert_eq!(
+        (&sum["frames"], &sum["verify_errors"], &sum["peer_restarts"]),
+        (&json!(3000), &json!(0), &json!(2)),
+        "{sum}"
+    );
 }

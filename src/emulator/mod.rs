@@ -88,6 +88,9 @@ pub struct EmulatorConfig {
     pub rnr_retry: u32,
     /// Faults injected.
     pub faults: Faults,
+    /// Start over every this many frames, as an FPGA re-programmed after a
+    /// reload does (see [`FpgaEmulator::restart`]); None = never.
+    pub restart_after: Option<u64>,
 }
 
 impl EmulatorConfig {
@@ -121,6 +124,7 @@ impl EmulatorConfig {
             retry_cnt: 7,
             rnr_retry: 7,
             faults: Faults::default(),
+            restart_after: None,
         }
     }
 }
@@ -144,6 +148,8 @@ pub struct EmulatorStats {
     pub reordered: u64,
     /// Corrupted (one bit flipped behind the ICRC).
     pub corrupted: u64,
+    /// Restarts at the first PSN (see [`FpgaEmulator::restart`]).
+    pub restarts: u64,
 }
 
 struct Rng(u64);
@@ -165,6 +171,8 @@ pub struct FpgaEmulator {
     io: UdpIo,
     local: SocketAddrV4,
     req: Requester,
+    /// The counters of the requesters before the last restart.
+    before_restart: RequesterStats,
     start: Instant,
     ring: u32,
     rng: Rng,
@@ -180,21 +188,13 @@ impl FpgaEmulator {
     pub fn new(cfg: EmulatorConfig) -> Result<FpgaEmulator> {
         let io = UdpIo::bind(cfg.bind, 64)?;
         let local = io.local_addr()?;
-        let req = Requester::new(RequesterConfig {
-            dest_qpn: cfg.host_qpn,
-            start_psn: cfg.start_psn,
-            pmtu: cfg.pmtu.bytes(),
-            window: cfg.window.max(1),
-            timeout_ns: RequesterConfig::timeout_from_code(cfg.timeout_code),
-            retry_cnt: cfg.retry_cnt,
-            rnr_retry: cfg.rnr_retry,
-        });
         Ok(FpgaEmulator {
             rng: Rng(cfg.faults.seed | 1),
+            req: Self::requester(&cfg),
+            before_restart: RequesterStats::default(),
             cfg,
             io,
             local,
-            req,
             start: Instant::now(),
             ring: 0,
             tx_held: None,
@@ -203,6 +203,33 @@ impl FpgaEmulator {
             spare: Vec::new(),
             stats: EmulatorStats::default(),
         })
+    }
+
+    /// A fresh requester for `cfg` (at its first PSN).
+    fn requester(cfg: &EmulatorConfig) -> Requester {
+        Requester::new(RequesterConfig {
+            dest_qpn: cfg.host_qpn,
+            start_psn: cfg.start_psn,
+            pmtu: cfg.pmtu.bytes(),
+            window: cfg.window.max(1),
+            timeout_ns: RequesterConfig::timeout_from_code(cfg.timeout_code),
+            retry_cnt: cfg.retry_cnt,
+            rnr_retry: cfg.rnr_retry,
+        })
+    }
+
+    /// Starts over as an FPGA re-programmed after a reload does (pyrogue
+    /// programs it with the same host params): a new requester at the
+    /// first PSN (the host SQ PSN), MSN 0, ring position 0. Frames not yet
+    /// acknowledged are lost with the old state, as on a reload; restart
+    /// when idle to lose none. Counters carry on (`stats().restarts` counts).
+    pub fn restart(&mut self) {
+        self.before_restart = self.before_restart + self.req.stats();
+        self.req = Self::requester(&self.cfg);
+        self.ring = 0;
+        self.tx_held = None;
+        self.rx_held = None;
+        self.stats.restarts += 1;
     }
 
     /// Our QPN.
@@ -220,7 +247,7 @@ impl FpgaEmulator {
     /// Counters.
     pub fn stats(&self) -> EmulatorStats {
         EmulatorStats {
-            requester: self.req.stats(),
+            requester: self.before_restart + self.req.stats(),
             ..self.stats
         }
     }
@@ -439,7 +466,10 @@ impl FpgaEmulator {
         mut progress: impl FnMut(u64),
     ) -> Result<()> {
         let end = Instant::now() + timeout;
-        let first = self.req.stats().submitted;
+        let first = self.stats().requester.submitted;
+        let acked = |e: &Self| e.stats().requester.acked - first;
+        let every = self.cfg.restart_after.unwrap_or(u64::MAX).max(1);
+        let mut restart_at = every;
         let mut next = 0u64;
         let mut last_report = Instant::now();
         let chans = if channels.is_empty() {
@@ -448,14 +478,19 @@ impl FpgaEmulator {
             channels
         };
         while next < frames || !self.req.is_idle() {
-            while next < frames && self.req.outstanding() < queue.max(1) {
+            if next == restart_at && next < frames && self.req.is_idle() {
+                self.restart();
+                restart_at = restart_at.saturating_add(every);
+            }
+            // Up to the next restart point: everything before it gets ACKed first.
+            while next < frames.min(restart_at) && self.req.outstanding() < queue.max(1) {
                 let seq = first + next;
                 self.submit(payload(seq), chans[(next % chans.len() as u64) as usize]);
                 next += 1;
             }
             self.pump(Duration::from_millis(10))?;
             if last_report.elapsed() > Duration::from_millis(100) {
-                progress(self.req.stats().acked - first);
+                progress(acked(self));
                 last_report = Instant::now();
             }
             if Instant::now() >= end {
@@ -463,12 +498,12 @@ impl FpgaEmulator {
                     ErrorKind::Timeout,
                     format!(
                         "FPGA emulator: {} of {frames} frames acknowledged after {timeout:?}",
-                        self.req.stats().acked - first
+                        acked(self)
                     ),
                 ));
             }
         }
-        progress(self.req.stats().acked - first);
+        progress(acked(self));
         Ok(())
     }
 }

@@ -70,6 +70,25 @@ pub struct RequesterStats {
     pub stale_acks: u64,
 }
 
+impl std::ops::Add for RequesterStats {
+    type Output = RequesterStats;
+    /// Field-wise sum (a restarted requester's counters on top of the old one's).
+    fn add(self, o: RequesterStats) -> RequesterStats {
+        RequesterStats {
+            submitted: self.submitted + o.submitted,
+            acked: self.acked + o.acked,
+            bytes_acked: self.bytes_acked + o.bytes_acked,
+            packets: self.packets + o.packets,
+            retransmits: self.retransmits + o.retransmits,
+            acks: self.acks + o.acks,
+            rnr_naks: self.rnr_naks + o.rnr_naks,
+            seq_naks: self.seq_naks + o.seq_naks,
+            timeouts: self.timeouts + o.timeouts,
+            stale_acks: self.stale_acks + o.stale_acks,
+        }
+    }
+}
+
 /// The requester failed for good (a fatal NAK or retries exhausted); the
 /// messages not acknowledged are lost and counted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -118,6 +118,14 @@ counters! {
         /// Packets the kernel dropped because the receive socket's buffer
         /// was full (the receive thread fell behind; the sender resends them).
         socket_drops,
+        /// Packets further from the expected PSN than any sender window
+        /// allows (dropped, not ACKed): a restarted FPGA's first packets or
+        /// a mis-programmed start PSN.
+        stale_packets,
+        /// Peer restarts: the FPGA started over at the connection's first PSN
+        /// (re-programmed after a reload); the responder re-synchronised to
+        /// the new stream and logged a warning.
+        peer_restarts,
     }
 }
 

@@ -45,7 +45,7 @@ use crate::sys::{poll_readable, random_u32};
 use crate::wire::icrc::{Ipv4Udp, HEADROOM};
 use crate::wire::{Aeth, Bth, Headers, Opcode, Packet, MASK_24};
 use landing::{Planner, Targets};
-use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Verdict};
+use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Restart, Verdict};
 
 /// True when this process may open the raw capture socket that checks
 /// received ICRCs (CAP_NET_RAW in its network namespace).
@@ -259,7 +259,13 @@ impl SoftBackend {
             return Ok(());
         }
         batch.reply_port = Some(self.io.datagram(i).1.port());
-        match link.resp.on_packet(&req.bth, req.imm, req.payload_len) {
+        let verdict = link.resp.on_packet(&req.bth, req.imm, req.payload_len);
+        if let Some(r) = link.resp.take_restart() {
+            // The open message (if any) was discarded with the old stream.
+            self.planner.discard_message();
+            log_restart(r, link.resp.stats().peer_restarts);
+        }
+        match verdict {
             Verdict::Place { slot, offset, done } => {
                 self.place(batch, i, req.landed, slot, offset)?;
                 let head = req.bth.opcode.header_len() as u32;
@@ -440,7 +446,7 @@ impl SoftBackend {
     /// Publishes the driver's and the responder's counts.
     fn publish(&self, r: ResponderStats) {
         let (c, o) = (&*self.counters, &self.own);
-        let all: [(&AtomicU64, u64); 15] = [
+        let all: [(&AtomicU64, u64); 17] = [
             (&c.packets_rx, o.packets_rx),
             (&c.packets_tx, o.packets_tx),
             (&c.acks_tx, r.acks),
@@ -456,10 +462,40 @@ impl SoftBackend {
             (&c.icrc_checked, o.icrc_checked),
             (&c.payload_direct, o.payload_direct),
             (&c.payload_copied, o.payload_copied),
+            (&c.stale_packets, r.stale),
+            (&c.peer_restarts, r.peer_restarts),
         ];
         for (counter, value) in all {
             counter.store(value, Ordering::Relaxed);
         }
+    }
+}
+
+/// A peer restart is rare and an operator must hear of it: one warning each.
+fn log_restart(r: Restart, count: u64) {
+    if r.resynced {
+        log::warn!(
+            "peer restart #{count}: the FPGA sent a new message at PSN {:#08x} (the \
+             connection's first) where {:#08x} was expected ({} stale packets before it): it \
+             was re-programmed or reset and started over with the same host params. \
+             Re-synchronised to its new stream (MSN 0); frames it had sent before and not had \
+             ACKed are gone with its old state. To start from a clean state instead, stop and \
+             re-create the server and program the FPGA with the new host params",
+            r.psn,
+            r.expected_psn,
+            r.stale_before
+        );
+    } else {
+        log::warn!(
+            "peer restart #{count} suspected: {} packets in a row far from the expected PSN \
+             {:#08x} (the last at {:#08x}): the FPGA restarted at another PSN or was \
+             programmed with a wrong one. Nothing is ACKed or delivered until it sends from \
+             the connection's first PSN (the host SQ PSN): re-program it with the host params, \
+             or stop and re-create the server",
+            r.stale_before,
+            r.expected_psn,
+            r.psn
+        );
     }
 }
 

@@ -14,7 +14,20 @@
 //! - a message start with no posted slot gets an RNR NAK with the configured
 //!   min RNR timer and is dropped: the sender retries after the timer;
 //! - unsupported opcodes, opcode sequence violations and bad lengths get an
-//!   invalid-request NAK; a partial message is discarded.
+//!   invalid-request NAK; a partial message is discarded;
+//! - a peer restart (an FPGA re-programmed with the same host params starts
+//!   again at the connection's first PSN): packets further from the expected
+//!   PSN than any requester window allows ([`Responder::restart_distance`])
+//!   are stale, dropped without an ACK (so the sender keeps them and resends);
+//!   a message start at the first PSN is the restarted stream: the responder
+//!   re-synchronises to it (expected PSN = the first PSN, MSN 0, an open
+//!   message discarded) and counts a peer restart. Without this the restarted
+//!   stream would be ACKed as old duplicates and never delivered.
+//!   [`STALE_RUN`] stale packets in a row (a peer restarted at another PSN,
+//!   or programmed with a wrong one) count a restart too, reported without a
+//!   re-synchronisation: only the first PSN is a safe place to resume (no
+//!   message of the new stream is skipped), so the responder keeps waiting
+//!   for it and ACKs nothing meanwhile.
 
 use std::collections::VecDeque;
 
@@ -72,6 +85,27 @@ pub enum DropReason {
     InvalidOpcode,
     /// Payload length violates pmtu or the slot size (invalid-request NAK sent).
     BadLength,
+    /// Further from the expected PSN than any requester window allows (not
+    /// ACKed): the old stream's leftovers or a restarted peer's first packets.
+    Stale,
+}
+
+/// Stale packets in a row that count as a peer restart even away from the
+/// first PSN (more than a window of 4 surf messages of up to 4 packets).
+pub const STALE_RUN: u32 = 16;
+
+/// A peer restart the responder re-synchronised to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restart {
+    /// The PSN expected before.
+    pub expected_psn: u32,
+    /// The restarted stream's PSN (the connection's first PSN, usually).
+    pub psn: u32,
+    /// Stale packets seen before it was recognised.
+    pub stale_before: u32,
+    /// True when the responder resumed at `psn` (the first PSN); false for a
+    /// run of stale packets elsewhere (it waits for the first PSN).
+    pub resynced: bool,
 }
 
 /// What to do with a packet.
@@ -112,6 +146,10 @@ pub struct ResponderStats {
     pub out_of_sequence: u64,
     /// Packets for another QP.
     pub wrong_qp: u64,
+    /// Stale packets (further from the expected PSN than a window allows; not ACKed).
+    pub stale: u64,
+    /// Peer restarts re-synchronised to.
+    pub peer_restarts: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +162,12 @@ struct Partial {
 #[derive(Debug)]
 pub struct Responder {
     cfg: ResponderConfig,
+    first_psn: u32,
+    restart_distance: u32,
+    stale_run: u32,
+    /// A restart was counted for the current run of stale packets.
+    restart_counted: bool,
+    restarted: Option<Restart>,
     epsn: u32,
     msn: u32,
     partial: Option<Partial>,
@@ -138,8 +182,17 @@ pub struct Responder {
 impl Responder {
     /// A responder expecting `first_psn` next.
     pub fn new(cfg: ResponderConfig, first_psn: u32) -> Responder {
+        // A requester keeps at most its window un-ACKed: surf's engine 4
+        // messages. Allow 4 of the largest messages, and never less than 256
+        // packets, before a PSN is implausible for a retransmission.
+        let per_message = cfg.slot_size.div_ceil(cfg.pmtu.max(1)).max(1);
         Responder {
             cfg,
+            first_psn: first_psn & psn::MASK,
+            restart_distance: (4 * per_message).clamp(256, 1 << 22),
+            stale_run: 0,
+            restart_counted: false,
+            restarted: None,
             epsn: first_psn & psn::MASK,
             msn: 0,
             partial: None,
@@ -167,6 +220,15 @@ impl Responder {
     /// Our MSN.
     pub fn msn(&self) -> u32 {
         self.msn
+    }
+    /// How far (in packets) from the expected PSN a packet may be and
+    /// still be a retransmission or a loss gap; further is stale.
+    pub fn restart_distance(&self) -> u32 {
+        self.restart_distance
+    }
+    /// The last peer restart re-synchronised to, once (then None).
+    pub fn take_restart(&mut self) -> Option<Restart> {
+        self.restarted.take()
     }
     /// Counters.
     pub fn stats(&self) -> ResponderStats {
@@ -267,6 +329,9 @@ impl Responder {
     /// sequence-error NAK per gap, then silence until the gap is filled.
     fn check_psn(&mut self, bth: &Bth) -> Result<(), DropReason> {
         let d = psn::diff(bth.psn, self.epsn);
+        if d.unsigned_abs() > self.restart_distance {
+            return self.check_restart(bth);
+        }
         if d < 0 {
             self.stats.duplicates += 1;
             self.ack_due = true;
@@ -281,6 +346,56 @@ impl Responder {
             return Err(DropReason::OutOfSequence);
         }
         Ok(())
+    }
+
+    /// A stale packet: the restarted stream when it starts a message at the
+    /// first PSN (or after a run of stale packets); else dropped, not ACKed.
+    fn check_restart(&mut self, bth: &Bth) -> Result<(), DropReason> {
+        let starts = matches!(
+            bth.opcode,
+            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyImm
+        );
+        if !starts || bth.psn != self.first_psn {
+            self.stale_run = self.stale_run.saturating_add(1);
+            self.stats.stale += 1;
+            if self.stale_run >= STALE_RUN && !self.restart_counted {
+                self.count_restart(bth.psn, false);
+            }
+            return Err(DropReason::Stale);
+        }
+        if self.restart_counted {
+            // Counted at the run of stale packets: report the re-synchronisation.
+            self.restarted = Some(Restart {
+                expected_psn: self.epsn,
+                psn: bth.psn,
+                stale_before: self.stale_run,
+                resynced: true,
+            });
+        } else {
+            self.count_restart(bth.psn, true);
+        }
+        if let Some(p) = self.partial.take() {
+            self.free.push_front(p.slot);
+        }
+        self.epsn = bth.psn;
+        self.msn = 0;
+        self.stale_run = 0;
+        self.restart_counted = false;
+        self.nak_outstanding = false;
+        self.unacked = 0;
+        self.ack_due = false;
+        Ok(())
+    }
+
+    fn count_restart(&mut self, psn: u32, resynced: bool) {
+        self.stats.peer_restarts += 1;
+        self.restart_counted = true;
+        self.restarted = Some(Restart {
+            expected_psn: self.epsn,
+            psn,
+            stale_before: self.stale_run,
+            resynced,
+        });
     }
 
     /// check_op_valid + check_op_seq: a SEND, and FIRST/ONLY exactly when no
@@ -331,6 +446,8 @@ impl Responder {
         }
         self.stats.accepted += 1;
         self.nak_outstanding = false;
+        self.stale_run = 0;
+        self.restart_counted = false;
         self.epsn = psn::add(self.epsn, 1);
         if !op.ends_message() {
             self.partial = Some(Partial { slot, len });

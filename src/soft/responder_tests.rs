@@ -485,3 +485,140 @@ fn after_an_invalid_request_the_responder_stays_usable() {
     }
     assert_eq!(r.stats().invalid_naks, 1);
 }
+
+/// Streams `n` single-packet messages from `psn`, releasing each slot.
+fn stream_in(r: &mut Responder, psn: u32, n: u32) {
+    for i in 0..n {
+        let p = psn::add(psn, i);
+        match r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(i), 4) {
+            Verdict::Place { slot, done, .. } => {
+                assert!(done.is_some());
+                r.post(slot);
+            }
+            v => panic!("packet {p:#x}: {v:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_restarted_peer_at_the_first_psn_is_resynchronised_not_acked_as_old() {
+    let first = 0xFF_FF00; // the stream wraps 2^24 on the way
+    let mut r = resp(first, 4);
+    let far = r.restart_distance() + 1;
+    stream_in(&mut r, first, far);
+    r.flush();
+    let _ = replies(&mut r);
+    // The FPGA is re-programmed with the same params: it starts over at the first PSN.
+    let v = r.on_packet(&pkt(Opcode::SendOnlyImm, first), Some(0), 4);
+    assert!(matches!(v, Verdict::Place { done: Some(_), .. }), "{v:?}");
+    assert_eq!(r.stats().peer_restarts, 1);
+    let restart = r.take_restart().expect("reported once");
+    assert_eq!(
+        (restart.expected_psn, restart.psn),
+        (psn::add(first, far), first)
+    );
+    assert_eq!(r.take_restart(), None);
+    assert_eq!(
+        (r.expected_psn(), r.msn()),
+        (psn::add(first, 1), 1),
+        "MSN starts over"
+    );
+    r.flush();
+    assert_eq!(replies(&mut r), vec![ack(first, 1)]);
+    // Its stream goes on in sequence; a retransmission of it is a duplicate.
+    r.post(0);
+    stream_in(&mut r, psn::add(first, 1), 10);
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, first), Some(0), 4),
+        Verdict::Drop(DropReason::Duplicate)
+    );
+    assert_eq!(r.stats().peer_restarts, 1);
+}
+
+#[test]
+fn retransmissions_within_the_window_stay_duplicates_at_the_first_psn() {
+    let mut r = resp(500, 4);
+    let d = r.restart_distance();
+    stream_in(&mut r, 500, d);
+    assert_eq!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 500), Some(0), 4),
+        Verdict::Drop(DropReason::Duplicate),
+        "exactly the restart distance behind is still a plausible retransmission"
+    );
+    assert_eq!((r.stats().peer_restarts, r.stats().stale), (0, 0));
+}
+
+#[test]
+fn stale_packets_are_not_acked_and_a_run_of_them_counts_a_restart_once() {
+    let mut r = resp(0, 4);
+    let far = r.restart_distance() + 100;
+    stream_in(&mut r, 0, far);
+    r.flush();
+    let _ = replies(&mut r);
+    // The peer restarted elsewhere (or its first packets were lost): a run of
+    // message starts and ends away from the first PSN.
+    for i in 0..STALE_RUN + 4 {
+        let op = if i % 2 == 0 {
+            Opcode::SendFirst
+        } else {
+            Opcode::SendLastImm
+        };
+        let len = if i % 2 == 0 { PMTU } else { 4 };
+        assert_eq!(
+            r.on_packet(&pkt(op, 40 + i), Some(i), len as usize),
+            Verdict::Drop(DropReason::Stale)
+        );
+        let want = u64::from(i + 1 >= STALE_RUN);
+        assert_eq!(r.stats().peer_restarts, want, "packet {i}");
+    }
+    r.flush();
+    assert!(
+        replies(&mut r).is_empty(),
+        "stale packets are never ACKed: the sender keeps them"
+    );
+    assert_eq!(r.stats().stale, STALE_RUN as u64 + 4);
+    let suspected = r.take_restart().unwrap();
+    assert_eq!(
+        (suspected.resynced, suspected.psn, suspected.stale_before),
+        (false, 55, 16)
+    );
+    assert_eq!(
+        r.expected_psn(),
+        far,
+        "no resumption away from the first PSN"
+    );
+    // Its retransmission from the first PSN: resumed there, not counted again.
+    assert!(matches!(
+        r.on_packet(&pkt(Opcode::SendOnlyImm, 0), Some(7), 4),
+        Verdict::Place { done: Some(_), .. }
+    ));
+    let resumed = r.take_restart().unwrap();
+    assert_eq!((resumed.resynced, resumed.psn), (true, 0));
+    assert_eq!((r.expected_psn(), r.stats().peer_restarts), (1, 1));
+}
+
+#[test]
+fn a_restart_discards_the_open_message_and_returns_its_slot() {
+    let mut r = resp(0, 2);
+    let far = r.restart_distance() + 1;
+    stream_in(&mut r, 0, far);
+    let open = r.on_packet(&pkt(Opcode::SendFirst, far), None, PMTU as usize);
+    let Verdict::Place { slot, .. } = open else {
+        panic!("{open:?}")
+    };
+    let v = r.on_packet(&pkt(Opcode::SendOnlyImm, 0), Some(0), 4);
+    assert_eq!(
+        v,
+        Verdict::Place {
+            slot,
+            offset: 0,
+            done: Some(Done {
+                slot,
+                len: 4,
+                imm: Some(0)
+            })
+        },
+        "the restarted stream's first message takes the discarded message's slot"
+    );
+    assert_eq!(r.partial(), None);
+}

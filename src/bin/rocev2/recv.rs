@@ -261,13 +261,14 @@ impl Ticker {
         }
         format!(
             "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
-             seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}",
+             seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}",
             (now - self.t0).as_secs_f64(),
             t.frames,
             s.soft().seq_naks_tx,
             s.soft().rnr_naks_tx,
             s.soft().socket_drops,
-            s.soft().duplicates
+            s.soft().duplicates,
+            s.soft().peer_restarts
         )
     }
 }
@@ -323,7 +324,8 @@ fn summary(t: &Tally, s: &Stats, rec: Option<RogueWriter>) -> Result<(), Fail> {
         "gbit_per_s": round3(gbit), "frames_per_s": fps.round(), "rnr_naks": s.soft().rnr_naks_tx,
         "seq_naks": s.soft().seq_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
-        "icrc_unchecked": s.soft().icrc_unchecked,
+        "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.soft().peer_restarts,
+        "stale_packets": s.soft().stale_packets,
     });
     if let Some(w) = rec {
         v["recorded"] = json!(w.records);

@@ -57,6 +57,9 @@ pub struct FpgaSimArgs {
     /// Retries after an RNR NAK (IB 3-bit count; 7 = forever)
     #[arg(long, value_name = "0..7", default_value = "7", value_parser = num::<u32>(0, 7))]
     rnr_retry: u32,
+    /// Start over at the first PSN every N frames (once all are ACKed), as an FPGA re-programmed after a reload does; the frames' sequence numbers go on
+    #[arg(long, value_name = "N", value_parser = num::<u64>(1, u64::MAX))]
+    restart_after: Option<u64>,
 }
 
 pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
@@ -71,6 +74,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.window = a.window;
     cfg.retry_cnt = a.retry_cnt;
     cfg.rnr_retry = a.rnr_retry;
+    cfg.restart_after = a.restart_after;
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
     eprintln!(
@@ -90,7 +94,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     print_json(json!({
         "frames": a.frames, "gbit_per_s": round3(r.gbit), "retransmits": s.requester.retransmits,
         "rnr_naks": s.requester.rnr_naks, "seq_naks": s.requester.seq_naks,
-        "timeouts": s.requester.timeouts,
+        "timeouts": s.requester.timeouts, "restarts": s.restarts,
     }));
     Ok(Exit::Ok)
 }
