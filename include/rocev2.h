@@ -104,6 +104,26 @@
 #define ROCEV2_FRAME_HAS_IMMEDIATE 1
 
 /**
+ * rocev2_stats.link_state: created, the connection not complete yet.
+ */
+#define ROCEV2_LINK_CREATED 0
+
+/**
+ * rocev2_stats.link_state: connected, the receive thread runs.
+ */
+#define ROCEV2_LINK_CONNECTED 1
+
+/**
+ * rocev2_stats.link_state: ended on an error; rocev2_server_end_cause says why.
+ */
+#define ROCEV2_LINK_ERROR 2
+
+/**
+ * rocev2_stats.link_state: stopped by rocev2_server_stop.
+ */
+#define ROCEV2_LINK_STOPPED 3
+
+/**
  * Status codes. 0 is success; every other value comes with a message from
  * `rocev2_last_error` on the same thread.
  */
@@ -539,6 +559,38 @@ typedef struct {
    * full (the sender resends them). Since 1.1.
    */
   uint64_t socket_drops;
+  /**
+   * The link's state: ROCEV2_LINK_CREATED, _CONNECTED, _ERROR (see
+   * rocev2_server_end_cause) or _STOPPED. Since 2.1 (the fields from here
+   * on are written when struct_size covers them).
+   */
+  uint32_t link_state;
+  /**
+   * Reserved, 0. Since 2.1.
+   */
+  uint32_t reserved2;
+  /**
+   * Microseconds since the last packet from the FPGA (soft: any datagram
+   * from its address; verbs: any completion); UINT64_MAX before the
+   * first. Since 2.1.
+   */
+  uint64_t us_since_last_packet;
+  /**
+   * Microseconds since the last frame was delivered; UINT64_MAX before
+   * the first. Since 2.1.
+   */
+  uint64_t us_since_last_frame;
+  /**
+   * soft: packets further from the expected PSN than any sender window
+   * allows (dropped, not ACKed). Since 2.1.
+   */
+  uint64_t stale_packets;
+  /**
+   * soft: peer restarts (the FPGA started over at the connection's first
+   * PSN, re-programmed after a reload; the server re-synchronised and
+   * logged a warning). Since 2.1.
+   */
+  uint64_t peer_restarts;
 } rocev2_stats;
 
 
@@ -819,6 +871,19 @@ rocev2_status rocev2_server_complete_connection(rocev2_server *srv, uint32_t fpg
  * Thread safety: any thread, concurrently with any call but destroy.
  */
 rocev2_status rocev2_server_get_stats(const rocev2_server *srv, rocev2_stats *out);
+
+/**
+ * Why the link is down, for an operator, copied into `buf` (`len` bytes,
+ * NUL-terminated when len > 0, truncated if needed; the caller's): the
+ * receive thread's end cause (a QP error with its completion status, a
+ * failing socket, "stopped" after rocev2_server_stop) or why
+ * complete_connection failed. Returns the full length without the NUL
+ * (size a buffer with `rocev2_server_end_cause(srv, NULL, 0) + 1`); 0 while
+ * the link is created or connected, and for a NULL server. Since 2.1.
+ *
+ * Thread safety: any thread, concurrently with any call but destroy.
+ */
+size_t rocev2_server_end_cause(const rocev2_server *srv, char *buf, size_t len);
 
 /**
  * 1 while the receive thread runs, 0 otherwise (also for NULL).

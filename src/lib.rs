@@ -56,7 +56,7 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use gid::{detect_gid_index, host_ip_from_gid, Gid};
-pub use server::{BackendStats, Frame, SoftStats, Stats};
+pub use server::{BackendStats, Frame, LinkState, SoftStats, Stats};
 
 use server::ServerCore;
 
@@ -193,9 +193,19 @@ impl Server {
     pub fn is_running(&self) -> bool {
         self.core.is_running()
     }
-    /// Why the receive thread ended, if it ended on its own (an error).
+    /// Why the receive thread ended, once it has ("stopped" after stop()).
     pub fn exited_reason(&self) -> Option<String> {
         self.core.exited_reason()
+    }
+    /// The link's state (also in [`Stats::link`]).
+    pub fn link_state(&self) -> LinkState {
+        self.core.link_state()
+    }
+    /// Why the link is down, for an operator: the receive thread's end cause
+    /// (a QP error with its completion status, a failing socket, "stopped")
+    /// or why complete_connection failed; None while created or connected.
+    pub fn end_cause(&self) -> Option<String> {
+        self.core.end_cause()
     }
     /// Stores the FPGA's GID (IPv4-mapped for RoCEv2); before
     /// [`complete_connection`](Self::complete_connection).

@@ -206,6 +206,45 @@ fn empty_and_immediate_less_sends_are_delivered() {
 
 #[test]
 #[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn a_qp_error_ends_the_link_with_a_readable_cause() {
+    // A SEND longer than the receive slot: the NIC completes the receive
+    // with a local length error and moves the QP to the error state. The
+    // server counts it, ends its receive loop and says why.
+    let server = Server::create(
+        &device("rxe0", env_u8("RXE0_GID_IDX")),
+        &server_cfg(4, 1024),
+    )
+    .unwrap();
+    let mut req = requester("rxe1", env_u8("RXE1_GID_IDX"), &server, 4096);
+    connect(&server, req.qpn());
+    let t = Duration::from_secs(30);
+    req.send_one(&[7u8; 100], Some(1), t).unwrap();
+    let f = server.poll_frame(Some(t)).unwrap().unwrap();
+    assert_eq!(f.len(), 100);
+    drop(f);
+    assert_eq!(server.link_state(), rocev2::LinkState::Connected);
+    // The requester's send fails too (the responder NAKs it): not our concern here.
+    let _ = req.send_one(&[7u8; 2048], Some(2), t);
+    let e = server.poll_frame(Some(t)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Stopped, "{e}");
+    let s = server.stats();
+    assert_eq!(
+        (s.link, s.completion_errors, s.frames),
+        (rocev2::LinkState::Error, 1, 1),
+        "{s:?}"
+    );
+    let cause = server.end_cause().unwrap();
+    assert!(
+        cause.starts_with("receive completion error on slot") && cause.contains("length"),
+        "{cause}"
+    );
+    assert!(!server.is_running());
+    server.stop();
+    assert_eq!(server.link_state(), rocev2::LinkState::Error);
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
 fn backpressure_on_real_verbs_loses_nothing() {
     let server = Server::create(
         &device("rxe0", env_u8("RXE0_GID_IDX")),

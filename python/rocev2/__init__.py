@@ -38,7 +38,7 @@ __all__ = [
     "ip_to_gid_bytes", "gid_bytes_to_str", "host_ip_from_gid", "parse_gid",
     "detect_gid_index", "validate_channel", "version", "abi_version",
     "DEFAULT_MAX_PAYLOAD", "DEFAULT_RX_QUEUE_DEPTH", "list_devices", "pattern_check",
-    "forward_logs_to_python", "Status", "pmtu_bytes", "rnr_timer_us",
+    "forward_logs_to_python", "Status", "pmtu_bytes", "rnr_timer_us", "LinkState",
 ]
 
 ABI_VERSION = 2
@@ -131,11 +131,23 @@ _STAT_FIELDS = [
     "icrc_unchecked", "loans_outstanding", "icrc_checked", "payload_direct",
     "payload_copied", "socket_drops",
 ]
+# Since 2.1, after link_state (+ reserved2).
+_STAT_FIELDS_2_1 = ["us_since_last_packet", "us_since_last_frame", "stale_packets", "peer_restarts"]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
-                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS])
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
+                + [("link_state", ctypes.c_uint32), ("reserved2", ctypes.c_uint32)]
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1])
+
+
+class LinkState(enum.IntEnum):
+    """The link's state (``rocev2_stats.link_state``, ROCEV2_LINK_*)."""
+    CREATED = 0
+    CONNECTED = 1
+    ERROR = 2
+    STOPPED = 3
 
 
 _FRAME_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Frame))
@@ -225,6 +237,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rocev2_server_release": (S, [P, U64]),
         "rocev2_server_get_stats": (S, [P, ctypes.POINTER(_Stats)]),
         "rocev2_server_is_running": (ctypes.c_int, [P]),
+        "rocev2_server_end_cause": (ctypes.c_size_t, [P, ctypes.c_char_p, ctypes.c_size_t]),
         "rocev2_server_stop": (S, [P]),
         "rocev2_server_destroy": (None, [P]),
         "rocev2_gid_parse": (S, [ctypes.c_char_p, ctypes.c_char_p]),
@@ -860,7 +873,32 @@ class Server:
         s.struct_size = ctypes.sizeof(_Stats)
         _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
         _answered(s, "rocev2_server_get_stats")
-        return {n: getattr(s, n) for n in _STAT_FIELDS}
+        return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1}
+
+    def end_cause(self) -> typing.Optional[str]:
+        """Why the link is down (the receive thread's end cause, "stopped"
+        after stop(), or why complete_connection failed); None while it is
+        created or connected."""
+        n = _lib().rocev2_server_end_cause(self._handle(), None, 0)
+        if n == 0:
+            return None
+        buf = ctypes.create_string_buffer(n + 1)
+        _lib().rocev2_server_end_cause(self._handle(), buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def health(self) -> typing.Dict[str, typing.Any]:
+        """Link health for an operator: ``state`` (a :class:`LinkState`),
+        ``since_last_packet_s`` / ``since_last_frame_s`` (seconds, None
+        before the first), ``end_cause`` (see :meth:`end_cause`) and
+        ``peer_restarts``."""
+        st = self.stats()
+
+        def seconds(us: int) -> typing.Optional[float]:
+            return None if us == 0xFFFFFFFFFFFFFFFF else us / 1e6
+        return {"state": LinkState(st["link_state"]),
+                "since_last_packet_s": seconds(st["us_since_last_packet"]),
+                "since_last_frame_s": seconds(st["us_since_last_frame"]),
+                "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"]}
 
     def is_running(self) -> bool:
         return bool(self._srv) and _lib().rocev2_server_is_running(self._srv) != 0

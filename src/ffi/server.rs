@@ -167,7 +167,44 @@ pub struct rocev2_stats {
     /// soft: packets the kernel dropped, the receive socket's buffer being
     /// full (the sender resends them). Since 1.1.
     pub socket_drops: u64,
+    /// The link's state: ROCEV2_LINK_CREATED, _CONNECTED, _ERROR (see
+    /// rocev2_server_end_cause) or _STOPPED. Since 2.1 (the fields from here
+    /// on are written when struct_size covers them).
+    pub link_state: u32,
+    /// Reserved, 0. Since 2.1.
+    pub reserved2: u32,
+    /// Microseconds since the last packet from the FPGA (soft: any datagram
+    /// from its address; verbs: any completion); UINT64_MAX before the
+    /// first. Since 2.1.
+    pub us_since_last_packet: u64,
+    /// Microseconds since the last frame was delivered; UINT64_MAX before
+    /// the first. Since 2.1.
+    pub us_since_last_frame: u64,
+    /// soft: packets further from the expected PSN than any sender window
+    /// allows (dropped, not ACKed). Since 2.1.
+    pub stale_packets: u64,
+    /// soft: peer restarts (the FPGA started over at the connection's first
+    /// PSN, re-programmed after a reload; the server re-synchronised and
+    /// logged a warning). Since 2.1.
+    pub peer_restarts: u64,
 }
+
+/// rocev2_stats.link_state: created, the connection not complete yet.
+pub const ROCEV2_LINK_CREATED: u32 = 0;
+/// rocev2_stats.link_state: connected, the receive thread runs.
+pub const ROCEV2_LINK_CONNECTED: u32 = 1;
+/// rocev2_stats.link_state: ended on an error; rocev2_server_end_cause says why.
+pub const ROCEV2_LINK_ERROR: u32 = 2;
+/// rocev2_stats.link_state: stopped by rocev2_server_stop.
+pub const ROCEV2_LINK_STOPPED: u32 = 3;
+
+const _: () = {
+    use crate::LinkState;
+    assert!(ROCEV2_LINK_CREATED == LinkState::Created as u32);
+    assert!(ROCEV2_LINK_CONNECTED == LinkState::Connected as u32);
+    assert!(ROCEV2_LINK_ERROR == LinkState::Error as u32);
+    assert!(ROCEV2_LINK_STOPPED == LinkState::Stopped as u32);
+};
 
 /// Called on the receive thread for every frame. The frame is on loan: release
 /// `frame->token` exactly once (here or later, from any thread). `frame`
@@ -189,7 +226,8 @@ unsafe impl Sized2 for rocev2_host_params {
 }
 unsafe impl Sized2 for rocev2_stats {
     const NAME: &'static str = "rocev2_stats";
-    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_stats>();
+    // ABI 2.0's struct ended before link_state.
+    const FIRST_SIZE: usize = std::mem::offset_of!(rocev2_stats, link_state);
 }
 
 /// Reads and validates a caller's server config (NULL = the defaults):
@@ -442,10 +480,46 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             payload_direct: soft.payload_direct,
             payload_copied: soft.payload_copied,
             socket_drops: soft.socket_drops,
+            link_state: s.link.code(),
+            reserved2: 0,
+            us_since_last_packet: micros_or_max(s.since_last_packet),
+            us_since_last_frame: micros_or_max(s.since_last_frame),
+            stale_packets: soft.stale_packets,
+            peer_restarts: soft.peer_restarts,
         };
         // SAFETY: out is NULL or has struct_size writable bytes (API contract).
         unsafe { write_sized(out, full, "out") }
     })
+}
+
+fn micros_or_max(d: Option<std::time::Duration>) -> u64 {
+    d.map_or(u64::MAX, |d| d.as_micros().min(u64::MAX as u128 - 1) as u64)
+}
+
+/// Why the link is down, for an operator, copied into `buf` (`len` bytes,
+/// NUL-terminated when len > 0, truncated if needed; the caller's): the
+/// receive thread's end cause (a QP error with its completion status, a
+/// failing socket, "stopped" after rocev2_server_stop) or why
+/// complete_connection failed. Returns the full length without the NUL
+/// (size a buffer with `rocev2_server_end_cause(srv, NULL, 0) + 1`); 0 while
+/// the link is created or connected, and for a NULL server. Since 2.1.
+///
+/// Thread safety: any thread, concurrently with any call but destroy.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_end_cause(
+    srv: *const rocev2_server,
+    buf: *mut c_char,
+    len: usize,
+) -> usize {
+    let mut n = 0;
+    let _ = guard(fn_name!(), || {
+        if let Some(cause) = core_ref(srv)?.end_cause() {
+            // SAFETY: buf is NULL or has len writable bytes (API contract).
+            n = unsafe { copy_out(&cause, buf, len) };
+        }
+        Ok(())
+    });
+    n
 }
 
 /// 1 while the receive thread runs, 0 otherwise (also for NULL).

@@ -34,7 +34,7 @@ pub(crate) enum CompletionKind {
     Flushed,
     /// Any other error status (`what` names it).
     #[cfg_attr(not(any(feature = "verbs", test)), allow(dead_code))]
-    Error { what: &'static str },
+    Error { what: &'static str, code: u32 },
 }
 
 /// What a backend reports about itself once created.
@@ -65,5 +65,10 @@ pub(crate) trait Backend: Send {
     /// Where its own counters can be read from any thread (none by default).
     fn counters(&self) -> BackendCounters {
         BackendCounters::None
+    }
+    /// Packets seen so far, for the link's "time since the last packet"
+    /// (a backend that sees only completions keeps 0: the core stamps those).
+    fn packets_seen(&self) -> u64 {
+        0
     }
 }

@@ -34,8 +34,8 @@ use crate::wire::MASK_24;
 pub(crate) use backend::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
 pub use frame::Frame;
 pub(crate) use slab::Slab;
-pub(crate) use stats::{BackendCounters, Counters, SoftCounters};
-pub use stats::{BackendStats, SoftStats, Stats};
+pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters};
+pub use stats::{BackendStats, LinkState, SoftStats, Stats};
 
 type FrameCallback = Box<dyn FnMut(Frame) + Send + 'static>;
 
@@ -59,6 +59,8 @@ struct Control {
     fpga_gid: Option<Gid>,
     thread: Option<JoinHandle<()>>,
     thread_id: Option<ThreadId>,
+    /// Why complete_connection failed (Phase::Failed).
+    failed_cause: Option<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -88,8 +90,18 @@ pub struct ServerCore {
     control: Mutex<Control>,
     pull: Mutex<VecDeque<PendingFrame>>,
     pull_cv: Condvar,
-    exited: Mutex<Option<String>>,
+    exited: Mutex<Option<End>>,
     exited_cv: Condvar,
+    activity: Activity,
+}
+
+/// How the receive thread ended.
+#[derive(Debug, Clone)]
+struct End {
+    /// On an error (else by stop()).
+    error: bool,
+    /// What happened, for an operator.
+    cause: String,
 }
 
 impl ServerCore {
@@ -144,11 +156,13 @@ impl ServerCore {
                 fpga_gid: None,
                 thread: None,
                 thread_id: None,
+                failed_cause: None,
             }),
             pull: Mutex::new(VecDeque::new()),
             pull_cv: Condvar::new(),
             exited: Mutex::new(None),
             exited_cv: Condvar::new(),
+            activity: Activity::new(),
         }))
     }
 
@@ -172,22 +186,51 @@ impl ServerCore {
     }
     /// Counter snapshot.
     pub fn stats(&self) -> Stats {
+        let (since_last_packet, since_last_frame) = self.activity.ages();
         Stats {
             loans_outstanding: self.slab.loans_outstanding() as u64,
+            link: self.link_state(),
+            since_last_packet,
+            since_last_frame,
             backend: self.backend_counters.snapshot(),
             ..self.counters.snapshot()
         }
     }
+    /// The link's state.
+    pub fn link_state(&self) -> LinkState {
+        if let Some(end) = self.exited() {
+            return if end.error {
+                LinkState::Error
+            } else {
+                LinkState::Stopped
+            };
+        }
+        match self.control().phase {
+            Phase::Created => LinkState::Created,
+            Phase::Running => LinkState::Connected,
+            Phase::Failed => LinkState::Error,
+            Phase::Stopped => LinkState::Stopped,
+        }
+    }
     /// True while the receive thread runs.
     pub fn is_running(&self) -> bool {
-        self.control().phase == Phase::Running && self.exited_reason().is_none()
+        self.control().phase == Phase::Running && self.exited().is_none()
     }
-    /// Why the receive thread ended, once it has.
-    pub fn exited_reason(&self) -> Option<String> {
+    fn exited(&self) -> Option<End> {
         self.exited
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+    /// Why the receive thread ended, once it has ("stopped" after stop()).
+    pub fn exited_reason(&self) -> Option<String> {
+        self.exited().map(|e| e.cause)
+    }
+    /// Why the link is down, for an operator: the receive thread's end cause,
+    /// or why complete_connection failed; None while created or connected.
+    pub fn end_cause(&self) -> Option<String> {
+        self.exited_reason()
+            .or_else(|| self.control().failed_cause.clone())
     }
 
     /// Stores the FPGA's GID (the destination of the host QP's path).
@@ -263,6 +306,7 @@ impl ServerCore {
             .and_then(|_| backend.connect(params, fpga_gid, self.host.sq_psn));
         if let Err(e) = res {
             c.phase = Phase::Failed;
+            c.failed_cause = Some(format!("complete_connection failed: {e}"));
             c.backend = Some(backend);
             let hint = if fpga_gid.is_zero() {
                 " (the FPGA GID is not set: call setFpgaGid first)"

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Live counters (`$live`, atomics) and their snapshot (`$snap`, with any
 /// extra fields, filled by the caller).
@@ -73,8 +74,95 @@ counters! {
     }
     /// Slots on loan to consumers right now.
     loans_outstanding: u64,
+    /// The link's state.
+    link: LinkState,
+    /// Time since the last packet from the FPGA (soft: any datagram from its
+    /// address; verbs: any completion); None before the first.
+    since_last_packet: Option<Duration>,
+    /// Time since the last frame was delivered; None before the first.
+    since_last_frame: Option<Duration>,
     /// The backend's own counters.
     backend: BackendStats,
+}
+
+/// The link's state, as an operator reads it (C: `ROCEV2_LINK_*`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Created: the connection is not complete yet.
+    #[default]
+    Created,
+    /// Connected: the receive thread runs.
+    Connected,
+    /// Ended on an error (a QP error, a failed complete_connection, a failing
+    /// socket): `Server::end_cause` says what happened.
+    Error,
+    /// Stopped by `stop()`.
+    Stopped,
+}
+
+impl LinkState {
+    /// "created", "connected", "error" or "stopped".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Created => "created",
+            LinkState::Connected => "connected",
+            LinkState::Error => "error",
+            LinkState::Stopped => "stopped",
+        }
+    }
+    /// The C code: 0 created, 1 connected, 2 error, 3 stopped.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+}
+
+impl std::fmt::Display for LinkState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// When the last packet and the last frame came (written by the receive
+/// thread, read by any): nanoseconds since `epoch` plus one, 0 = never.
+pub(crate) struct Activity {
+    epoch: Instant,
+    last_packet: AtomicU64,
+    last_frame: AtomicU64,
+}
+
+impl Activity {
+    pub fn new() -> Activity {
+        Activity {
+            epoch: Instant::now(),
+            last_packet: AtomicU64::new(0),
+            last_frame: AtomicU64::new(0),
+        }
+    }
+    fn stamp(&self, at: &AtomicU64, now: Instant) {
+        at.store((now - self.epoch).as_nanos() as u64 + 1, Ordering::Relaxed);
+    }
+    /// A packet (or a completion) arrived at `now`.
+    pub fn packet(&self, now: Instant) {
+        self.stamp(&self.last_packet, now);
+    }
+    /// A frame was delivered at `now`.
+    pub fn frame(&self, now: Instant) {
+        self.stamp(&self.last_frame, now);
+    }
+    fn age(&self, at: &AtomicU64) -> Option<Duration> {
+        match at.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(
+                self.epoch
+                    .elapsed()
+                    .saturating_sub(Duration::from_nanos(t - 1)),
+            ),
+        }
+    }
+    /// (since the last packet, since the last frame).
+    pub fn ages(&self) -> (Option<Duration>, Option<Duration>) {
+        (self.age(&self.last_packet), self.age(&self.last_frame))
+    }
 }
 
 counters! {

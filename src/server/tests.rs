@@ -362,9 +362,6 @@ fn bad_completions_are_counted_and_reposted() {
         len: 65,
         imm: Some(0),
     });
-    h.raw(CompletionKind::Error {
-        what: "remote access error",
-    });
     h.raw(CompletionKind::Unexpected {
         opcode: 0,
         flags: 0,
@@ -384,7 +381,72 @@ fn bad_completions_are_counted_and_reposted() {
             s.unexpected_opcode,
             s.frames
         ),
-        (1, 1, 1, 1)
+        (1, 0, 1, 1)
+    );
+}
+
+#[test]
+fn a_completion_error_ends_the_link_with_its_cause() {
+    let h = Harness::new(2, 64);
+    assert_eq!(h.core.link_state(), LinkState::Created);
+    assert_eq!(h.core.stats().since_last_packet, None);
+    h.connect();
+    assert_eq!(h.core.link_state(), LinkState::Connected);
+    h.send(b"first", 1);
+    drop(
+        h.core
+            .poll_frame(Some(Duration::from_secs(10)))
+            .unwrap()
+            .unwrap(),
+    );
+    let s = h.core.stats();
+    assert!(
+        s.since_last_packet.is_some() && s.since_last_frame.is_some(),
+        "{s:?}"
+    );
+    h.raw(CompletionKind::Error {
+        what: "local length error",
+        code: 1,
+    });
+    h.send(b"never", 9);
+    let e = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Stopped);
+    assert!(e.to_string().contains("local length error"), "{e}");
+    let s = h.core.stats();
+    assert_eq!(
+        (s.link, s.completion_errors, s.frames),
+        (LinkState::Error, 1, 1)
+    );
+    let cause = h.core.end_cause().unwrap();
+    assert!(
+        cause.starts_with("receive completion error on slot")
+            && cause.contains("local length error (ibv_wc_status 1)")
+            && cause.contains("Re-create the server"),
+        "{cause}"
+    );
+    h.core.stop();
+    assert_eq!(
+        h.core.link_state(),
+        LinkState::Error,
+        "stop() keeps the cause"
+    );
+}
+
+#[test]
+fn stop_is_a_clean_end() {
+    let h = Harness::new(2, 64);
+    h.connect();
+    h.core.stop();
+    assert_eq!(h.core.link_state(), LinkState::Stopped);
+    assert_eq!(h.core.end_cause().as_deref(), Some("stopped"));
+    let h = Harness::new(2, 64);
+    h.core.stop();
+    assert_eq!(
+        (h.core.link_state(), h.core.end_cause()),
+        (LinkState::Stopped, None)
     );
 }
 
@@ -434,7 +496,15 @@ fn flush_ends_the_thread_with_a_reason() {
     assert_eq!(e.kind(), ErrorKind::Stopped);
     assert!(!h.core.is_running());
     assert_eq!(h.core.stats().flush_errors, 1);
-    assert_eq!(h.core.exited_reason().as_deref(), Some("stopped"));
+    assert_eq!(h.core.link_state(), LinkState::Error);
+    assert!(
+        h.core
+            .end_cause()
+            .unwrap()
+            .starts_with("the QP entered the error state"),
+        "{:?}",
+        h.core.end_cause()
+    );
     h.core.stop();
 }
 

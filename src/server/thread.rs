@@ -50,8 +50,8 @@ impl ServerCore {
         self.release_loan(slot, gen)
     }
 
-    fn mark_exited(&self, reason: String) {
-        *self.exited.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    fn mark_exited(&self, end: End) {
+        *self.exited.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
         self.exited_cv.notify_all();
         self.pull_cv.notify_all();
     }
@@ -69,24 +69,33 @@ impl ServerCore {
                 Err(e) => log::warn!("{e}; the receive thread runs unpinned"),
             }
         }
-        let reason = match catch_unwind(AssertUnwindSafe(|| {
+        let end = match catch_unwind(AssertUnwindSafe(|| {
             self.receive_loop(backend.as_mut(), &mut callback)
         })) {
-            Ok(Ok(())) => "stopped".to_string(),
+            Ok(Ok(())) => End {
+                error: false,
+                cause: "stopped".to_string(),
+            },
             Ok(Err(e)) => {
                 log::error!("RoCEv2 receive thread exiting on error: {e}");
-                e.to_string()
+                End {
+                    error: true,
+                    cause: e.to_string(),
+                }
             }
             Err(_) => {
                 log::error!("RoCEv2 receive thread exiting on a panic");
-                "panic in the receive thread".to_string()
+                End {
+                    error: true,
+                    cause: "panic in the receive thread (a bug: please report it)".to_string(),
+                }
             }
         };
         // Tear the transport down on this thread (QP, CQ, MR before the slab).
         drop(backend);
         drop(callback);
-        log::info!("RoCEv2 receive thread stopped ({reason})");
-        self.mark_exited(reason);
+        log::info!("RoCEv2 receive thread stopped ({})", end.cause);
+        self.mark_exited(end);
     }
 
     fn receive_loop(
@@ -99,16 +108,16 @@ impl ServerCore {
         let mut repost: Vec<u32> = Vec::with_capacity(self.slab.slots() as usize);
         let mut idle_since: Option<Instant> = None;
         let mut idle_polls: u32 = 0;
+        let mut packets_seen = 0u64;
         while !self.stopping.load(Ordering::Acquire) {
             self.repost_released(backend, &mut repost)?;
             completions.clear();
             backend.poll(&mut completions)?;
+            self.note_activity(backend, &mut packets_seen, &completions);
             if !completions.is_empty() {
                 idle_since = None;
                 idle_polls = 0;
-                if self.dispatch(&completions, callback, &mut repost)? {
-                    return Ok(()); // flushed: the QP is in the error state
-                }
+                self.dispatch(&completions, callback, &mut repost)?;
                 continue;
             }
             // Idle: spin for the budget (reading the clock every 64 polls).
@@ -137,11 +146,27 @@ impl ServerCore {
             self.parked.store(false, Ordering::SeqCst);
             self.wake.drain();
             idle_since = None;
-            if !completions.is_empty() && self.dispatch(&completions, callback, &mut repost)? {
-                return Ok(());
-            }
+            self.note_activity(backend, &mut packets_seen, &completions);
+            self.dispatch(&completions, callback, &mut repost)?;
         }
         Ok(())
+    }
+
+    /// Stamps the last packet's time when the backend saw packets (soft:
+    /// any datagram from the FPGA, even one that completes nothing) or
+    /// completions arrived (verbs), and the last frame's when completions
+    /// arrived (before they are handed out, so a consumer holding a frame
+    /// reads a stamp). One clock read per busy poll.
+    fn note_activity(&self, backend: &dyn Backend, seen: &mut u64, completions: &[Completion]) {
+        let now_seen = backend.packets_seen();
+        if now_seen != *seen || !completions.is_empty() {
+            *seen = now_seen;
+            let now = Instant::now();
+            self.activity.packet(now);
+            if !completions.is_empty() {
+                self.activity.frame(now);
+            }
+        }
     }
 
     fn repost_released(&self, backend: &mut dyn Backend, repost: &mut Vec<u32>) -> Result<()> {
@@ -160,31 +185,43 @@ impl ServerCore {
         Ok(())
     }
 
-    /// Hands completions to the consumer; returns true when the QP flushed.
+    /// Hands completions to the consumer. A completion error or a flush
+    /// means the QP is in the error state (an RC QP receives nothing more):
+    /// counted, and the loop ends with the cause (the thread logs it once).
     fn dispatch(
         self: &Arc<Self>,
         completions: &[Completion],
         callback: &mut Option<FrameCallback>,
         repost: &mut Vec<u32>,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         for c in completions {
             if self.stopping.load(Ordering::Acquire) {
-                return Ok(false);
+                break;
             }
             let (len, imm) = match c.kind {
                 CompletionKind::Recv { len, imm } => (len, imm),
                 CompletionKind::Flushed => {
                     self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);
-                    log::error!("QP in ERROR state (WR_FLUSH_ERR); exiting receive thread");
-                    return Ok(true);
+                    return Err(Error::new(
+                        ErrorKind::Device,
+                        "the QP entered the error state: the NIC flushed the posted receives \
+                         (IBV_WC_WR_FLUSH_ERR) and the link receives nothing more. Re-create the \
+                         server and program the FPGA with its new host params",
+                    ));
                 }
-                CompletionKind::Error { what } => {
+                CompletionKind::Error { what, code } => {
                     self.counters
                         .completion_errors
                         .fetch_add(1, Ordering::Relaxed);
-                    log::warn!("CQ error: {what} (slot={}); re-posting", c.slot);
-                    repost.push(c.slot);
-                    continue;
+                    return Err(Error::new(
+                        ErrorKind::Device,
+                        format!(
+                            "receive completion error on slot {}: {what} (ibv_wc_status {code}); \
+                             the QP is now in the error state and the link receives nothing more. Re-create the \
+                             server and program the FPGA with its new host params",
+                            c.slot
+                        ),
+                    ));
                 }
                 CompletionKind::Unexpected { opcode, flags } => {
                     self.counters
@@ -206,7 +243,7 @@ impl ServerCore {
             }
             self.deliver(c.slot, len, imm, callback)?;
         }
-        Ok(false)
+        Ok(())
     }
 
     /// Loans `slot` to the consumer: the callback, or the pull queue.

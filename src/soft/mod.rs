@@ -588,4 +588,8 @@ impl Backend for SoftBackend {
     fn counters(&self) -> BackendCounters {
         BackendCounters::Soft(Arc::clone(&self.counters))
     }
+
+    fn packets_seen(&self) -> u64 {
+        self.own.packets_rx
+    }
 }

@@ -600,6 +600,7 @@ impl Backend for VerbsBackend {
             } else {
                 CompletionKind::Error {
                     what: wc_status_text(wc.status),
+                    code: wc.status,
                 }
             };
             out.push(Completion { slot, kind });

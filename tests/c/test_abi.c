@@ -163,6 +163,27 @@ static void struct_sizes_and_code_tables(void) {
     CHECK(strstr(last(), "exceeds 4 GiB") != NULL);
 }
 
+/* ABI 2.1 grew rocev2_stats (link health): a 2.0 caller's struct ends
+ * before link_state and gets exactly that much. */
+static void stats_grew_in_2_1(rocev2_server* srv) {
+    unsigned char sb[sizeof(rocev2_stats) + 16];
+    size_t v20 = offsetof(rocev2_stats, link_state);
+    memset(sb, 0xA5, sizeof sb);
+    ((rocev2_stats*)sb)->struct_size = (uint32_t)v20;
+    CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));
+    CHECK(((rocev2_stats*)sb)->struct_size == v20);
+    CHECK(canary_intact(sb, v20, sizeof sb));
+    rocev2_stats st;
+    st.struct_size = sizeof st;
+    CHECK_OK(rocev2_server_get_stats(srv, &st));
+    CHECK(st.struct_size == sizeof st && st.link_state == ROCEV2_LINK_CREATED);
+    CHECK(st.us_since_last_packet == UINT64_MAX && st.us_since_last_frame == UINT64_MAX);
+    CHECK(st.peer_restarts == 0 && st.stale_packets == 0 && st.reserved2 == 0);
+    CHECK(rocev2_server_end_cause(srv, NULL, 0) == 0); /* created: nothing ended */
+    char cause[8] = "x";
+    CHECK(rocev2_server_end_cause(NULL, cause, sizeof cause) == 0);
+}
+
 int main(void) {
     CHECK(rocev2_abi_version() == ROCEV2_ABI_VERSION && ROCEV2_ABI_VERSION == 2);
     struct_sizes_and_code_tables();
@@ -176,6 +197,7 @@ int main(void) {
     CHECK_OK(rocev2_server_create(dev, &sc, &srv));
     older_caller_output_structs_cut_short(srv);
     newer_caller_zero_tail_accepted_nonzero_refused(dev);
+    stats_grew_in_2_1(srv);
     rocev2_server_destroy(srv);
     rocev2_device_close(dev);
     printf("c_abi: %d checks, %d failures\n", checks, failures);

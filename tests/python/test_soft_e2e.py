@@ -268,3 +268,35 @@ def test_empty_and_immediate_less_messages_are_delivered():
         assert f is not None and bytes(f.data) == body and not f.has_immediate
         f.release()
         tx.close()
+
+
+def test_link_health_and_a_restarted_fpga():
+    with soft_server(depth=64) as s:
+        h = s.health()
+        assert h["state"] is rocev2.LinkState.CREATED
+        assert (h["since_last_packet_s"], h["since_last_frame_s"], h["end_cause"]) == (None, None, None)
+        s.complete_connection(FPGA_QPN)
+        assert s.health()["state"] is rocev2.LinkState.CONNECTED
+        # An FPGA re-programmed after a reload, with the same params: twice the same stream.
+        got = []
+
+        def consume():
+            for f in s.frames(timeout=30):
+                with f:
+                    got.append(rocev2.pattern_check(f))
+                if len(got) == 1000:
+                    return
+        t = threading.Thread(target=consume)
+        t.start()
+        fpga_sim(s, 500, 2048)
+        fpga_sim(s, 500, 2048)
+        t.join(60)
+        assert got == list(range(500)) * 2
+        h = s.health()
+        assert h["peer_restarts"] == 1 and h["state"] is rocev2.LinkState.CONNECTED
+        assert 0 <= h["since_last_packet_s"] < 30 and 0 <= h["since_last_frame_s"] < 30
+        st = s.stats()
+        assert st["peer_restarts"] == 1 and st["link_state"] == rocev2.LinkState.CONNECTED
+        s.stop()
+        h = s.health()
+        assert (h["state"], h["end_cause"]) == (rocev2.LinkState.STOPPED, "stopped")

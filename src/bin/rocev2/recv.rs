@@ -87,7 +87,7 @@ pub struct RecvArgs {
     /// Check every frame against the emulator's pattern (bytes and order)
     #[arg(long)]
     verify: bool,
-    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops
+    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops, peer restarts, the link's state and the time since its last packet
     #[arg(long, value_name = "S", value_parser = args::seconds)]
     stats_interval: Option<f64>,
 }
@@ -150,8 +150,9 @@ pub fn run(a: RecvArgs) -> Outcome {
     );
     let t = receive(&server, &a, &mut rec)?;
     let s = server.stats();
+    let cause = server.end_cause();
     server.stop();
-    summary(&t, &s, rec)?;
+    summary(&t, &s, cause, rec)?;
     Ok(if t.bad > 0 {
         Exit::Verify
     } else if t.frames == 0 {
@@ -261,14 +262,20 @@ impl Ticker {
         }
         format!(
             "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
-             seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}",
+             seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
+             link {}, last packet {}",
             (now - self.t0).as_secs_f64(),
             t.frames,
             s.soft().seq_naks_tx,
             s.soft().rnr_naks_tx,
             s.soft().socket_drops,
             s.soft().duplicates,
-            s.soft().peer_restarts
+            s.soft().peer_restarts,
+            s.link,
+            s.since_last_packet.map_or("never".to_string(), |d| format!(
+                "{:.1} s ago",
+                d.as_secs_f64()
+            ))
         )
     }
 }
@@ -317,7 +324,12 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
     Ok(t)
 }
 
-fn summary(t: &Tally, s: &Stats, rec: Option<RogueWriter>) -> Result<(), Fail> {
+fn summary(
+    t: &Tally,
+    s: &Stats,
+    end_cause: Option<String>,
+    rec: Option<RogueWriter>,
+) -> Result<(), Fail> {
     let (gbit, fps) = t.rate();
     let mut v = json!({
         "frames": t.frames, "bytes": t.bytes, "verify_errors": t.bad, "seconds": round3(t.span()),
@@ -325,7 +337,7 @@ fn summary(t: &Tally, s: &Stats, rec: Option<RogueWriter>) -> Result<(), Fail> {
         "seq_naks": s.soft().seq_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
         "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.soft().peer_restarts,
-        "stale_packets": s.soft().stale_packets,
+        "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
     });
     if let Some(w) = rec {
         v["recorded"] = json!(w.records);
