@@ -12,7 +12,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -j"${CARGO
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O
 mkdir -p corpus
-for t in wire_parse responder c_api; do
+for t in wire_parse responder c_api ipv4_udp landing; do
     mkdir -p "corpus/$t"
     out=$(cargo fuzz run -O "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 2>&1) || {
         echo "$out" | tail -40

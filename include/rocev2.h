@@ -600,7 +600,7 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The library version, e.g. "2.0.0" (a static string the library owns;
+ * The library version, e.g. "2.1.0" (a static string the library owns;
  * never fails).
  *
  * Thread safety: any thread, concurrently with any call.

@@ -47,6 +47,17 @@ mod sys;
 pub mod verbs;
 pub mod wire;
 
+/// Entry points of the fuzz targets for crate-private parts (built only by
+/// `cargo fuzz`, which sets `cfg(fuzzing)`; fuzz/fuzz_targets/).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The landing planner (`soft::landing::fuzz`).
+    pub fn landing_planner(data: &[u8]) {
+        crate::soft::landing_fuzz(data)
+    }
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -241,3 +241,56 @@ mod tests {
         assert!(plan(&p, targets(Some((2, 4096)), &[3], 1024, 4096), 32).is_empty());
     }
 }
+
+/// Fuzzing entry (built only by cargo fuzz, which sets `cfg(fuzzing)`):
+/// drives a planner with learn / discard / plan steps decoded from `data`
+/// (5 bytes each) and checks every plan: at most `max` landings, each inside
+/// its slot, in the partial message's slot or a posted one, each slot's
+/// landings contiguous from where the message stands.
+#[cfg(fuzzing)]
+pub fn fuzz(data: &[u8]) {
+    let mut p = Planner::default();
+    let mut plan = Vec::new();
+    for step in data.chunks_exact(5) {
+        let (a, b, c) = (
+            step[1] as u32,
+            step[2] as u32,
+            u16::from_le_bytes([step[3], step[4]]) as u32,
+        );
+        match step[0] % 3 {
+            0 => p.learn(c, [12, 16, 24, 28][a as usize % 4], b & 1 == 1),
+            1 => p.discard_message(),
+            _ => {
+                let pmtu = 256 << (a % 5);
+                let slot_size = c.max(1);
+                let free: Vec<u32> = (0..b % 8).map(|i| 100 + i).collect();
+                let partial = (b & 0x80 != 0).then_some((7, (c / 3).min(slot_size)));
+                let max = (a as usize >> 3) % 40;
+                p.plan(
+                    &mut plan,
+                    max,
+                    Targets {
+                        partial,
+                        free: free.iter().copied(),
+                        pmtu,
+                        slot_size,
+                    },
+                );
+                assert!(plan.len() <= max);
+                let mut next: Option<(u32, u32)> = partial;
+                for l in &plan {
+                    assert!(
+                        l.offset + l.len <= slot_size && l.len > 0 && l.len <= pmtu,
+                        "{l:?}"
+                    );
+                    assert!(l.slot == 7 || free.contains(&l.slot), "{l:?}");
+                    match next {
+                        Some((s, off)) if s == l.slot => assert_eq!(l.offset, off, "{l:?}"),
+                        _ => assert_eq!(l.offset, 0, "a new message starts at 0: {l:?}"),
+                    }
+                    next = Some((l.slot, l.offset + pmtu));
+                }
+            }
+        }
+    }
+}

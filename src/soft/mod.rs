@@ -24,6 +24,8 @@
 #[cfg(test)]
 mod backend_tests;
 mod landing;
+#[cfg(fuzzing)]
+pub(crate) use landing::fuzz as landing_fuzz;
 pub mod responder;
 #[cfg(test)]
 mod sim_tests;
