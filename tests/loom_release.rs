@@ -130,7 +130,7 @@ impl Core {
         }
     }
 
-    /// Slab::loan (on the receive thread, at delivery).
+    /// Slab::loan (on the receive thread, at delivery: a plain store).
     fn loan(&self, slot: u32) -> Option<u32> {
         let st = &self.loans[slot as usize];
         let cur = st.load(Ordering::Acquire);
@@ -138,14 +138,8 @@ impl Core {
             return None;
         }
         let gen = ((cur >> 1) as u32).wrapping_add(1).max(1);
-        st.compare_exchange(
-            cur,
-            ((gen as u64) << 1) | 1,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .ok()
-        .map(|_| gen)
+        st.store(((gen as u64) << 1) | 1, Ordering::Release);
+        Some(gen)
     }
 
     /// ServerCore::release_loan (any thread).

@@ -89,6 +89,7 @@ impl Slab {
 
     /// Marks the receiver-owned `slot` loaned; returns the loan's generation
     /// (never 0), or `None` if the slot is out of range or already loaned.
+    /// Receive thread only.
     pub fn loan(&self, slot: u32) -> Option<u32> {
         let st = self.state.get(slot as usize)?;
         let cur = st.load(Ordering::Acquire);
@@ -99,14 +100,11 @@ impl Slab {
         if gen == 0 {
             gen = 1;
         }
-        st.compare_exchange(
-            cur,
-            ((gen as u64) << 1) | 1,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .ok()
-        .map(|_| gen)
+        // A plain store, no compare-exchange: only the receive thread loans,
+        // and while a slot is receiver-owned no release can succeed on it
+        // (a release CAS expects the loaned state of its own generation).
+        st.store(((gen as u64) << 1) | 1, Ordering::Release);
+        Some(gen)
     }
 
     /// Ends the loan `(slot, gen)`; false if it is not loaned under that generation.

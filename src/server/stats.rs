@@ -122,6 +122,16 @@ impl std::fmt::Display for LinkState {
     }
 }
 
+/// Adds `n` to a counter that only the receive thread writes: a plain load
+/// and store (no locked read-modify-write; readers on other threads see the
+/// old or the new value, never a torn one).
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
+}
+
 /// When the last packet and the last frame came (written by the receive
 /// thread, read by any): nanoseconds since `epoch` plus one, 0 = never.
 pub(crate) struct Activity {

@@ -3,6 +3,7 @@
 //! idle; and the release path (any thread) that feeds it.
 
 use super::*;
+use stats::bump;
 
 impl ServerCore {
     /// Ends loan `(slot, gen)` and queues the slot for re-posting. Never blocks.
@@ -140,7 +141,7 @@ impl ServerCore {
             backend.arm()?;
             backend.poll(&mut completions)?;
             if completions.is_empty() {
-                self.counters.parks.fetch_add(1, Ordering::Relaxed);
+                bump(&self.counters.parks, 1);
                 backend.block(self.wake.raw())?;
             }
             self.parked.store(false, Ordering::SeqCst);
@@ -177,10 +178,8 @@ impl ServerCore {
             return Ok(());
         }
         backend.post_recv(repost)?;
-        self.counters
-            .reposts
-            .fetch_add(repost.len() as u64, Ordering::Relaxed);
-        self.counters.repost_batches.fetch_add(1, Ordering::Relaxed);
+        bump(&self.counters.reposts, repost.len() as u64);
+        bump(&self.counters.repost_batches, 1);
         repost.clear();
         Ok(())
     }
@@ -201,7 +200,7 @@ impl ServerCore {
             let (len, imm) = match c.kind {
                 CompletionKind::Recv { len, imm } => (len, imm),
                 CompletionKind::Flushed => {
-                    self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);
+                    bump(&self.counters.flush_errors, 1);
                     return Err(Error::new(
                         ErrorKind::Device,
                         "the QP entered the error state: the NIC flushed the posted receives \
@@ -210,9 +209,7 @@ impl ServerCore {
                     ));
                 }
                 CompletionKind::Error { what, code } => {
-                    self.counters
-                        .completion_errors
-                        .fetch_add(1, Ordering::Relaxed);
+                    bump(&self.counters.completion_errors, 1);
                     return Err(Error::new(
                         ErrorKind::Device,
                         format!(
@@ -224,9 +221,7 @@ impl ServerCore {
                     ));
                 }
                 CompletionKind::Unexpected { opcode, flags } => {
-                    self.counters
-                        .unexpected_opcode
-                        .fetch_add(1, Ordering::Relaxed);
+                    bump(&self.counters.unexpected_opcode, 1);
                     log::warn!(
                         "Unexpected opcode {opcode} / wc_flags {flags:#x} (slot={}); re-posting",
                         c.slot
@@ -236,7 +231,7 @@ impl ServerCore {
                 }
             };
             if len > self.slab.slot_size() {
-                self.counters.bad_length.fetch_add(1, Ordering::Relaxed);
+                bump(&self.counters.bad_length, 1);
                 log::warn!("Bad payload len={len} (slot={}); re-posting", c.slot);
                 repost.push(c.slot);
                 continue;
@@ -260,8 +255,8 @@ impl ServerCore {
                 format!("completion for slot {slot} which is on loan"),
             ));
         };
-        self.counters.frames.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        bump(&self.counters.frames, 1);
+        bump(&self.counters.bytes, len as u64);
         log::trace!("RX slot={slot} imm={imm:?} len={len}");
         let Some(cb) = callback else {
             self.pull
@@ -285,9 +280,7 @@ impl ServerCore {
             armed: true,
         };
         if catch_unwind(AssertUnwindSafe(|| cb(frame))).is_err() {
-            self.counters
-                .callback_panics
-                .fetch_add(1, Ordering::Relaxed);
+            bump(&self.counters.callback_panics, 1);
             log::error!("frame callback panicked (slot={slot}); frame released");
         }
         Ok(())
