@@ -91,6 +91,9 @@ pub struct EmulatorConfig {
     /// Start over every this many frames, as an FPGA re-programmed after a
     /// reload does (see [`FpgaEmulator::restart`]); None = never.
     pub restart_after: Option<u64>,
+    /// The first frame's sequence number in the pattern (a later run of a
+    /// long test goes on where the last one stopped).
+    pub first_seq: u64,
 }
 
 impl EmulatorConfig {
@@ -125,6 +128,7 @@ impl EmulatorConfig {
             rnr_retry: 7,
             faults: Faults::default(),
             restart_after: None,
+            first_seq: 0,
         }
     }
 }
@@ -466,8 +470,9 @@ impl FpgaEmulator {
         mut progress: impl FnMut(u64),
     ) -> Result<()> {
         let end = Instant::now() + timeout;
-        let first = self.stats().requester.submitted;
-        let acked = |e: &Self| e.stats().requester.acked - first;
+        let submitted = self.stats().requester.submitted;
+        let first = self.cfg.first_seq + submitted;
+        let acked = |e: &Self| e.stats().requester.acked - submitted;
         let every = self.cfg.restart_after.unwrap_or(u64::MAX).max(1);
         let mut restart_at = every;
         let mut next = 0u64;

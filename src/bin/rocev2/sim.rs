@@ -60,6 +60,9 @@ pub struct FpgaSimArgs {
     /// Start over at the first PSN every N frames (once all are ACKed), as an FPGA re-programmed after a reload does; the frames' sequence numbers go on
     #[arg(long, value_name = "N", value_parser = num::<u64>(1, u64::MAX))]
     restart_after: Option<u64>,
+    /// The first frame's sequence number (the pattern's first 8 bytes), so a run can go on where another stopped (`recv --verify` checks the numbers)
+    #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u64>(0, u64::MAX / 2))]
+    first_seq: u64,
 }
 
 pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
@@ -75,6 +78,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.retry_cnt = a.retry_cnt;
     cfg.rnr_retry = a.rnr_retry;
     cfg.restart_after = a.restart_after;
+    cfg.first_seq = a.first_seq;
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
     eprintln!(
