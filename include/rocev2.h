@@ -737,6 +737,31 @@ rocev2_status rocev2_device_list(char *buf, size_t len, size_t *count);
 rocev2_status rocev2_server_poll_frame(rocev2_server *srv, int32_t timeout_ms, rocev2_frame *frame);
 
 /**
+ * Up to `max` frames in one call (a binding's batch pull): waits up to
+ * `timeout_ms` like rocev2_server_poll_frame for the first, then takes the
+ * frames already queued, without waiting. `frames` is an array of `max`
+ * structs whose `frames[0].struct_size` the caller set (the array's stride:
+ * at least the ABI-2 sizeof(rocev2_frame)); each filled one gets its
+ * struct_size. `*got` (the caller's) is the number filled; release each
+ * token (rocev2_server_release_many releases many in one call).
+ * ROCEV2_ERR_TIMEOUT with `*got` 0 if none arrived; ROCEV2_ERR_STOPPED once
+ * the server is stopped. Since 2.1.
+ *
+ * Thread safety: as rocev2_server_poll_frame.
+ */
+rocev2_status rocev2_server_poll_frames(rocev2_server *srv, int32_t timeout_ms, rocev2_frame *frames, size_t max, size_t *got);
+
+/**
+ * Releases `n` tokens (from `tokens`, the caller's array) in one call, as
+ * rocev2_server_release each. Every valid token is released;
+ * ROCEV2_ERR_UNKNOWN_TOKEN (naming the first bad index) if any was unknown
+ * or already released. Since 2.1.
+ *
+ * Thread safety: as rocev2_server_release.
+ */
+rocev2_status rocev2_server_release_many(rocev2_server *srv, const uint64_t *tokens, size_t n);
+
+/**
  * Releases a frame's loan; its slot is re-posted. Exactly once per token,
  * from any thread, at any time (also inside the callback, after stop, and
  * after destroy for tokens still outstanding). Never blocks.

@@ -245,6 +245,23 @@ impl Server {
     /// Waits up to `timeout` (forever for `None`) for the next frame when no
     /// callback is registered. `Ok(None)` on timeout; `Stopped` once the
     /// server is stopped and the queue is empty.
+    /// Up to `max` frames: waits like [`poll_frame`](Self::poll_frame) for
+    /// the first, then takes those already queued without waiting. Empty on
+    /// timeout.
+    pub fn poll_frames(&self, timeout: Option<Duration>, max: usize) -> Result<Vec<Frame>> {
+        let mut out = Vec::new();
+        if max == 0 {
+            return Ok(out);
+        }
+        if let Some(f) = self.core.poll_frame(timeout)? {
+            out.push(f);
+            self.core.take_ready(max - 1, |f| out.push(f));
+        }
+        Ok(out)
+    }
+    /// Waits up to `timeout` (forever for `None`) for the next frame when no
+    /// callback is registered. `Ok(None)` on timeout; `Stopped` once the
+    /// server is stopped and the queue is empty.
     pub fn poll_frame(&self, timeout: Option<Duration>) -> Result<Option<Frame>> {
         self.core.poll_frame(timeout)
     }

@@ -75,6 +75,17 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
     }
 }
 
+/// `timeout_ms` as a wait: -1 forever, 0 none, else milliseconds.
+fn timeout_of(timeout_ms: i32) -> crate::error::Result<Option<Duration>> {
+    match timeout_ms {
+        -1 => Ok(None),
+        t if t >= 0 => Ok(Some(Duration::from_millis(t as u64))),
+        t => Err(Error::invalid(format!(
+            "timeout_ms must be -1 or >= 0; got {t}"
+        ))),
+    }
+}
+
 /// Waits up to `timeout_ms` (-1: forever, 0: no wait) for the next frame when
 /// no callback is registered. ROCEV2_OK fills `*frame` (release its token);
 /// ROCEV2_ERR_TIMEOUT if none arrived; ROCEV2_ERR_STOPPED once the server is
@@ -103,15 +114,7 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
             )));
         }
         let core = core_arc(srv)?;
-        let timeout = match timeout_ms {
-            -1 => None,
-            t if t >= 0 => Some(Duration::from_millis(t as u64)),
-            t => {
-                return Err(Error::invalid(format!(
-                    "timeout_ms must be -1 or >= 0; got {t}"
-                )))
-            }
-        };
+        let timeout = timeout_of(timeout_ms)?;
         match core.poll_frame(timeout)? {
             // SAFETY: frame has struct_size (>= ours) writable bytes.
             Some(f) => unsafe { write_sized(frame, to_frame(f), "frame") },
@@ -119,6 +122,117 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
                 ErrorKind::Timeout,
                 format!("no frame within {timeout_ms} ms"),
             )),
+        }
+    })
+}
+
+/// Up to `max` frames in one call (a binding's batch pull): waits up to
+/// `timeout_ms` like rocev2_server_poll_frame for the first, then takes the
+/// frames already queued, without waiting. `frames` is an array of `max`
+/// structs whose `frames[0].struct_size` the caller set (the array's stride:
+/// at least the ABI-2 sizeof(rocev2_frame)); each filled one gets its
+/// struct_size. `*got` (the caller's) is the number filled; release each
+/// token (rocev2_server_release_many releases many in one call).
+/// ROCEV2_ERR_TIMEOUT with `*got` 0 if none arrived; ROCEV2_ERR_STOPPED once
+/// the server is stopped. Since 2.1.
+///
+/// Thread safety: as rocev2_server_poll_frame.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_poll_frames(
+    srv: *mut rocev2_server,
+    timeout_ms: i32,
+    frames: *mut rocev2_frame,
+    max: usize,
+    got: *mut usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        // SAFETY: NULL or a valid usize (API contract).
+        let got = unsafe { super::guard::deref_mut(got, "got") }?;
+        *got = 0;
+        if frames.is_null() {
+            return Err(null("frames"));
+        }
+        // SAFETY: frames is non-null and starts with the caller's struct_size.
+        let stride = unsafe { std::ptr::read_unaligned(frames as *const u32) } as usize;
+        if stride < rocev2_frame::FIRST_SIZE {
+            return Err(Error::invalid(format!(
+                "frames[0].struct_size is {stride}; valid: {} or more: set it to \
+                 sizeof(rocev2_frame)",
+                rocev2_frame::FIRST_SIZE
+            )));
+        }
+        if max == 0 {
+            return Err(Error::invalid("max is 0; valid: 1 or more frames"));
+        }
+        let core = core_arc(srv)?;
+        let timeout = timeout_of(timeout_ms)?;
+        let Some(first) = core.poll_frame(timeout)? else {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no frame within {timeout_ms} ms"),
+            ));
+        };
+        let mut put = |f: Frame| {
+            // SAFETY: `frames` holds `max` structs of `stride` bytes (API
+            // contract) and *got < max here; each gets its struct_size
+            // before the sized write.
+            unsafe {
+                let at = (frames as *mut u8).add(*got * stride) as *mut rocev2_frame;
+                std::ptr::write_unaligned(at as *mut u32, stride as u32);
+                // Cannot fail: at is non-null and stride >= FIRST_SIZE.
+                let _ = write_sized(at, to_frame(f), "frames");
+            }
+            *got += 1;
+        };
+        put(first);
+        core.take_ready(max - 1, put);
+        Ok(())
+    })
+}
+
+/// Releases `n` tokens (from `tokens`, the caller's array) in one call, as
+/// rocev2_server_release each. Every valid token is released;
+/// ROCEV2_ERR_UNKNOWN_TOKEN (naming the first bad index) if any was unknown
+/// or already released. Since 2.1.
+///
+/// Thread safety: as rocev2_server_release.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_server_release_many(
+    srv: *mut rocev2_server,
+    tokens: *const u64,
+    n: usize,
+) -> rocev2_status {
+    guard(fn_name!(), || {
+        if n == 0 {
+            return Ok(());
+        }
+        if tokens.is_null() {
+            return Err(null("tokens"));
+        }
+        // SAFETY: tokens has n readable u64 (API contract).
+        let tokens = unsafe { std::slice::from_raw_parts(tokens, n) };
+        let core = core_ref(srv)?;
+        let mut first_bad = None;
+        let mut released = 0;
+        for (i, &t) in tokens.iter().enumerate() {
+            match core.release_token(t) {
+                Ok(()) => released += 1,
+                Err(e) => {
+                    first_bad.get_or_insert((i, e));
+                }
+            }
+        }
+        // The references go back last: each released loan held one strong
+        // reference (Frame::into_token), which kept the core alive through
+        // the loop even after destroy; dropping them may free it, so `core`
+        // is not used afterwards.
+        for _ in 0..released {
+            // SAFETY: as in rocev2_server_release, once per released loan.
+            drop(unsafe { rocev2_server::take(srv) });
+        }
+        match first_bad {
+            None => Ok(()),
+            Some((i, e)) => Err(Error::new(e.kind(), format!("tokens[{i}]: {e}"))),
         }
     })
 }

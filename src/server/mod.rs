@@ -389,6 +389,23 @@ impl ServerCore {
         }
     }
 
+    /// Frames already queued for `poll_frame`, up to `max`, without waiting
+    /// (the rest of a batch after `poll_frame` returned one): one lock.
+    pub fn take_ready(self: &Arc<Self>, max: usize, mut each: impl FnMut(Frame)) {
+        let mut q = self.pull.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..max {
+            let Some(p) = q.pop_front() else { break };
+            each(Frame {
+                core: Arc::clone(self),
+                slot: p.slot,
+                gen: p.gen,
+                len: p.len,
+                imm: p.imm,
+                armed: true,
+            });
+        }
+    }
+
     /// Waits up to `timeout` (forever for `None`) for the next frame when no
     /// callback is registered. `Ok(None)` on timeout; `Stopped` once the
     /// server is stopped and the queue is empty.

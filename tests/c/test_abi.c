@@ -182,6 +182,20 @@ static void stats_grew_in_2_1(rocev2_server* srv) {
     CHECK(rocev2_server_end_cause(srv, NULL, 0) == 0); /* created: nothing ended */
     char cause[8] = "x";
     CHECK(rocev2_server_end_cause(NULL, cause, sizeof cause) == 0);
+    /* The batch pull checks its arguments before taking any frame. */
+    rocev2_frame fr[4];
+    size_t got = 99;
+    fr[0].struct_size = 4;
+    CHECK(rocev2_server_poll_frames(srv, 0, fr, 4, &got) == ROCEV2_ERR_INVALID_ARGUMENT && got == 0);
+    fr[0].struct_size = sizeof fr[0];
+    CHECK(rocev2_server_poll_frames(srv, 0, fr, 0, &got) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(rocev2_server_poll_frames(srv, 0, fr, 4, NULL) == ROCEV2_ERR_NULL_POINTER);
+    CHECK(rocev2_server_poll_frames(srv, 0, NULL, 4, &got) == ROCEV2_ERR_NULL_POINTER);
+    CHECK(rocev2_server_release_many(srv, NULL, 0) == ROCEV2_OK);
+    CHECK(rocev2_server_release_many(srv, NULL, 2) == ROCEV2_ERR_NULL_POINTER);
+    uint64_t bogus[2] = {0, 7};
+    CHECK(rocev2_server_release_many(srv, bogus, 2) == ROCEV2_ERR_UNKNOWN_TOKEN);
+    CHECK(strstr(last(), "tokens[0]") != NULL);
 }
 
 int main(void) {

@@ -1,4 +1,4 @@
-"""Frames/s through the ctypes binding (pull API and callback API) against the
+"""Frames/s through the ctypes binding (pull API, batch pull, callback API) against the
 same consumer in C (examples/c/consume.c), same emulator, same run.
     python3 bench_python.py <rocev2 CLI> <C consumer binary> [frames] [size]"""
 import os
@@ -40,6 +40,23 @@ def pull():
         return rate
 
 
+def batch():
+    with server() as s:
+        s.completeConnection(0x4242, minRnrTimer=1)
+        p = sim(s)
+        first = s.poll(timeout=10)
+        t0 = time.perf_counter()
+        first.release()
+        got = 1
+        while got < N:
+            frames = s.poll_frames(64, timeout=10)
+            got += len(frames)
+            s.release_frames(frames)
+        rate = (N - 1) / (time.perf_counter() - t0)
+        p.wait()
+        return rate
+
+
 def callback():
     done = threading.Event()
     count = [0, 0.0]
@@ -63,6 +80,7 @@ def callback():
 
 
 c = float(subprocess.run([C_CONSUMER, CLI, str(N), str(SIZE)], capture_output=True, text=True, check=True).stdout)
-py_pull, py_cb = pull(), callback()
+py_pull, py_batch, py_cb = pull(), batch(), callback()
 print(f"{'Python pull API (poll + release)':<44} {py_pull:>14.0f} f/s {'C consumer: %.0f f/s' % c:>34} {py_pull / c:>7.2f}")
+print(f"{'Python batch pull (poll_frames + release_frames)':<44} {py_batch:>14.0f} f/s {'C consumer: %.0f f/s' % c:>34} {py_batch / c:>7.2f}")
 print(f"{'Python callback API':<44} {py_cb:>14.0f} f/s {'C consumer: %.0f f/s' % c:>34} {py_cb / c:>7.2f}")

@@ -300,3 +300,32 @@ def test_link_health_and_a_restarted_fpga():
         s.stop()
         h = s.health()
         assert (h["state"], h["end_cause"]) == (rocev2.LinkState.STOPPED, "stopped")
+
+
+def test_batch_pull_and_release_in_one_call_each():
+    n = 3000
+    with soft_server(depth=64) as s:
+        s.complete_connection(FPGA_QPN)
+        p = fpga_sim(s, n, 256, wait=False)
+        seen, calls = [], 0
+        while len(seen) < n:
+            batch = s.poll_frames(32, timeout=30)
+            assert 1 <= len(batch) <= 32
+            calls += 1
+            seen += [rocev2.pattern_check(f) for f in batch]
+            s.release_frames(batch)
+            assert all(len(f) == 0 for f in batch), "released frames are empty"
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert seen == list(range(n))
+        assert calls <= n, calls
+        assert s.poll_frames(8, timeout=0.05) == []
+        st = s.stats()
+        assert st["loans_outstanding"] == 0 and st["releases"] == n
+        with pytest.raises(Rocev2Error, match="max_frames must be >= 1"):
+            s.poll_frames(0)
+        s.release_frames(batch)  # already released: nothing to do
+        s.stop()
+        with pytest.raises(Rocev2Error) as e:
+            s.poll_frames(4, timeout=0.1)
+        assert e.value.status is rocev2.Status.STOPPED
