@@ -389,20 +389,25 @@ impl ServerCore {
         }
     }
 
+    /// The loan of a frame taken from the pull queue.
+    fn queued_frame(self: &Arc<Self>, p: PendingFrame) -> Frame {
+        Frame {
+            core: Arc::clone(self),
+            slot: p.slot,
+            gen: p.gen,
+            len: p.len,
+            imm: p.imm,
+            armed: true,
+        }
+    }
+
     /// Frames already queued for `poll_frame`, up to `max`, without waiting
     /// (the rest of a batch after `poll_frame` returned one): one lock.
     pub fn take_ready(self: &Arc<Self>, max: usize, mut each: impl FnMut(Frame)) {
         let mut q = self.pull.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..max {
             let Some(p) = q.pop_front() else { break };
-            each(Frame {
-                core: Arc::clone(self),
-                slot: p.slot,
-                gen: p.gen,
-                len: p.len,
-                imm: p.imm,
-                armed: true,
-            });
+            each(self.queued_frame(p));
         }
     }
 
@@ -422,14 +427,7 @@ impl ServerCore {
         let mut q = self.pull.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(p) = q.pop_front() {
-                return Ok(Some(Frame {
-                    core: Arc::clone(self),
-                    slot: p.slot,
-                    gen: p.gen,
-                    len: p.len,
-                    imm: p.imm,
-                    armed: true,
-                }));
+                return Ok(Some(self.queued_frame(p)));
             }
             if self.stopping.load(Ordering::SeqCst) {
                 return Err(Error::new(ErrorKind::Stopped, "server is stopped"));
