@@ -531,7 +531,7 @@ impl Backend for SoftBackend {
                 pmtu: p.pmtu.bytes(),
                 slot_size: self.slab.slot_size(),
                 min_rnr_timer: p.min_rnr_timer.code() as u8,
-                ack_every: 8,
+                ack_every: 4,
             },
             p.fpga_rq_psn,
         );

@@ -44,7 +44,8 @@ pub struct ResponderConfig {
     pub slot_size: u32,
     /// Min RNR NAK timer code put in RNR NAKs.
     pub min_rnr_timer: u8,
-    /// ACK at least every this many AckReq packets (8: half the FPGA's window).
+    /// ACK at least every this many AckReq packets (the soft backend: 4, surf's window of
+    /// un-ACKed messages, each with AckReq on its last packet).
     pub ack_every: u32,
 }
 
