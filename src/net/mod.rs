@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::server::Slab;
-use crate::wire::icrc::{parse_ipv4_udp, Ipv4Udp};
+use crate::wire::icrc::{parse_ipv4_udp, IcrcCache, Ipv4Udp};
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
 pub const MAX_DATAGRAM: usize = 4096 + 64;
@@ -134,6 +134,8 @@ pub struct UdpIo {
     tx_names: Vec<libc::sockaddr_in>,
     tx_iovs: Vec<libc::iovec>,
     tx_msgs: Vec<libc::mmsghdr>,
+    // Raw mode: the received ICRCs' pseudo-header CRC state, kept.
+    icrc: IcrcCache,
 }
 
 // SAFETY: the raw pointers in the recvmmsg/sendmmsg scratch only ever point
@@ -215,6 +217,7 @@ impl UdpIo {
             tx_names: Vec::new(),
             tx_iovs: Vec::new(),
             tx_msgs: Vec::new(),
+            icrc: IcrcCache::default(),
         })
     }
 
@@ -407,13 +410,14 @@ impl UdpIo {
 
     /// Raw capture: whether datagram `i`'s ICRC is right (`None` when not
     /// in raw mode). Reads a scattered payload where it landed in the slab.
-    pub(crate) fn icrc_ok(&self, i: usize, slab: &Slab) -> Option<bool> {
+    pub(crate) fn icrc_ok(&mut self, i: usize, slab: &Slab) -> Option<bool> {
         let rx = &self.rx[i];
+        let cache = &mut self.icrc;
         // Set only for datagrams read from the capture socket.
         let ctx = rx.ctx?;
         let (b, n) = (rx.base, rx.len);
         Some(match rx.landing {
-            None => ctx.verify_parts(&[&rx.buf[b..b + n]]),
+            None => cache.verify_parts(&ctx, &[&rx.buf[b..b + n]]),
             Some(l) => {
                 let head = n.min(l.head as usize);
                 let body = (n - head).min(l.len as usize);
@@ -425,11 +429,14 @@ impl UdpIo {
                 // bytes that the last recvmmsg wrote; nothing writes them
                 // while this slice lives (it ends with this call).
                 let part = unsafe { std::slice::from_raw_parts(at.as_ptr(), body) };
-                ctx.verify_parts(&[
-                    &rx.buf[b..b + head],
-                    part,
-                    &rx.buf[MAX_DATAGRAM..MAX_DATAGRAM + spill],
-                ])
+                cache.verify_parts(
+                    &ctx,
+                    &[
+                        &rx.buf[b..b + head],
+                        part,
+                        &rx.buf[MAX_DATAGRAM..MAX_DATAGRAM + spill],
+                    ],
+                )
             }
         })
     }

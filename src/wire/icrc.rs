@@ -44,6 +44,16 @@ impl Ipv4Udp {
         udp[6..8].fill(0xff); // checksum masked
     }
 
+    /// The CRC state after the masked pseudo-header for a UDP payload of
+    /// `pkt_len` bytes (see [`IcrcCache`]).
+    fn pseudo_header_state(&self, pkt_len: usize) -> crc32fast::Hasher {
+        let mut hdr = [0u8; HEADROOM];
+        self.pseudo_header(pkt_len, &mut hdr);
+        let mut h = crc32fast::Hasher::new();
+        h.update(&hdr);
+        h
+    }
+
     /// The ICRC of the UDP payload `pkt` (BTH .. pad, then the 4 ICRC bytes,
     /// whose value is ignored). `pkt` must be at least BTH + ICRC long.
     pub fn compute(&self, pkt: &[u8]) -> u32 {
@@ -156,5 +166,97 @@ impl Ipv4Udp {
         let n = pkt.len();
         let carried = u32::from_le_bytes([pkt[n - 4], pkt[n - 3], pkt[n - 2], pkt[n - 1]]);
         carried == self.compute(pkt)
+    }
+}
+
+/// The ICRC with the pseudo-header's CRC state kept across packets: packets
+/// from one sender with one length (a stream of equal frames, every ACK)
+/// share their masked IPv4/UDP pseudo-header, so its CRC state is computed
+/// once and cloned; the masked BTH is hashed from the stack, then the
+/// packet's bytes where they are. Nothing is written into the packet right
+/// before the CRC reads it (a store there stalls the wide loads that follow).
+/// The same values as [`Ipv4Udp::compute_parts`].
+#[derive(Clone, Default)]
+pub struct IcrcCache {
+    key: Option<(Ipv4Udp, usize)>,
+    state: crc32fast::Hasher,
+}
+
+impl IcrcCache {
+    /// [`Ipv4Udp::compute_parts`] through the cache.
+    pub fn compute_parts(&mut self, ctx: &Ipv4Udp, parts: &[&[u8]]) -> Option<u32> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let first = parts.first()?;
+        if total < BTH_LEN + ICRC_LEN || first.len() < BTH_LEN {
+            return None;
+        }
+        if self.key != Some((*ctx, total)) {
+            self.state = ctx.pseudo_header_state(total);
+            self.key = Some((*ctx, total));
+        }
+        let mut h = self.state.clone();
+        let mut bth = [0u8; BTH_LEN];
+        bth.copy_from_slice(&first[..BTH_LEN]);
+        bth[4] = 0xff; // FECN | BECN | resv6 masked
+        h.update(&bth);
+        let mut left = total - BTH_LEN - ICRC_LEN;
+        for (k, p) in parts.iter().enumerate() {
+            let p = if k == 0 { &p[BTH_LEN..] } else { p };
+            let take = p.len().min(left);
+            h.update(&p[..take]);
+            left -= take;
+        }
+        Some(h.finalize())
+    }
+
+    /// True when the ICRC carried in the last 4 bytes of `parts` is right.
+    pub fn verify_parts(&mut self, ctx: &Ipv4Udp, parts: &[&[u8]]) -> bool {
+        let Some(c) = self.compute_parts(ctx, parts) else {
+            return false;
+        };
+        let mut tail = [0u8; ICRC_LEN];
+        let mut need = ICRC_LEN;
+        for p in parts.iter().rev() {
+            let take = p.len().min(need);
+            tail[need - take..need].copy_from_slice(&p[p.len() - take..]);
+            need -= take;
+            if need == 0 {
+                break;
+            }
+        }
+        u32::from_le_bytes(tail) == c
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn the_cache_agrees_with_the_direct_computation_across_keys() {
+        let mut cache = IcrcCache::default();
+        let mut ctx = Ipv4Udp {
+            src: Ipv4Addr::new(10, 0, 0, 2),
+            dst: Ipv4Addr::new(10, 0, 0, 1),
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: 4791,
+            dst_port: 4791,
+        };
+        for (i, len) in [64usize, 64, 4096 + 32, 64, 17].into_iter().enumerate() {
+            ctx.ip_id = (i as u16) / 2; // the key changes now and then
+            let pkt: Vec<u8> = (0..len).map(|b| (b * 7 + i) as u8).collect();
+            let want = ctx.compute_parts(&[&pkt]);
+            assert_eq!(cache.compute_parts(&ctx, &[&pkt]), want, "len {len}");
+            let (a, b) = pkt.split_at(len.min(20));
+            assert_eq!(cache.compute_parts(&ctx, &[a, b]), want, "in two parts");
+        }
+        assert_eq!(cache.compute_parts(&ctx, &[&[0u8; 10]]), None);
+        let mut pkt = vec![3u8; 100];
+        ctx.seal(&mut pkt);
+        assert!(cache.verify_parts(&ctx, &[&pkt]));
+        pkt[50] ^= 1;
+        assert!(!cache.verify_parts(&ctx, &[&pkt]));
     }
 }
