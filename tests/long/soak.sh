@@ -6,7 +6,9 @@
 # host SQ PSN: an FPGA reload, which the server must recognise. The pattern's
 # sequence numbers go on across runs (--first-seq), so --verify checks that
 # every frame arrived once, in order, intact. Every minute the server's RSS
-# and open file descriptors are sampled into OUT.csv.
+# and open file descriptors are sampled into OUT.csv. The emulator's ACK
+# timeout is 268 ms (code 16, surf: 67 ms) so a busy host does not make it
+# give up.
 #   tests/long/soak.sh [DURATION_S=3600] [CHUNK=200000] [OUT=soak]   (ROCEV2_CLI=path)
 set -euo pipefail
 dur=${1:-3600}; chunk=${2:-200000}; out=${3:-soak}
@@ -28,7 +30,7 @@ while [ $(( $(date +%s) - t0 )) -lt "$dur" ]; do
     [ "$size" -gt 4096 ] && size=4096
     "$cli" fpga-sim --host "127.0.0.1:$port" --host-qpn "$qpn" --psn "$psn" --qpn 0x4242 \
         --frames "$chunk" --size "$size" --channels 0,1,2,3 --first-seq "$sent" \
-        --faults "$faults" --seed "$runs" --timeout-code 12 >> "$out.sim.log" 2>&1
+        --faults "$faults" --seed "$runs" --timeout-code 16 >> "$out.sim.log" 2>&1
     sent=$(( sent + chunk )); runs=$(( runs + 1 ))
     if [ "$(date +%s)" -ge "$next_sample" ]; then sample; next_sample=$(( next_sample + 60 )); fi
 done
