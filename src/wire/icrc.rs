@@ -66,44 +66,14 @@ impl Ipv4Udp {
     /// payload. `None` when they hold less than BTH + ICRC or the first part
     /// does not hold the whole BTH.
     pub fn compute_parts(&self, parts: &[&[u8]]) -> Option<u32> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        let first = parts.first()?;
-        if total < BTH_LEN + ICRC_LEN || first.len() < BTH_LEN {
-            return None;
-        }
-        let mut hdr = [0u8; HEADROOM + BTH_LEN];
-        self.pseudo_header(total, &mut hdr);
-        hdr[HEADROOM..].copy_from_slice(&first[..BTH_LEN]);
-        hdr[HEADROOM + 4] = 0xff; // FECN | BECN | resv6 masked
-        let mut h = crc32fast::Hasher::new();
-        h.update(&hdr);
-        let mut left = total - BTH_LEN - ICRC_LEN;
-        for (k, p) in parts.iter().enumerate() {
-            let p = if k == 0 { &p[BTH_LEN..] } else { p };
-            let take = p.len().min(left);
-            h.update(&p[..take]);
-            left -= take;
-        }
-        Some(h.finalize())
+        let total = checked_total(parts)?;
+        crc_from(self.pseudo_header_state(total), parts, total)
     }
 
     /// True when the ICRC carried in the last 4 bytes of `parts` (see
     /// [`Ipv4Udp::compute_parts`]) is right.
     pub fn verify_parts(&self, parts: &[&[u8]]) -> bool {
-        let Some(c) = self.compute_parts(parts) else {
-            return false;
-        };
-        let mut tail = [0u8; ICRC_LEN];
-        let mut need = ICRC_LEN;
-        for p in parts.iter().rev() {
-            let take = p.len().min(need);
-            tail[need - take..need].copy_from_slice(&p[p.len() - take..]);
-            need -= take;
-            if need == 0 {
-                break;
-            }
-        }
-        u32::from_le_bytes(tail) == c
+        self.compute_parts(parts) == Some(carried(parts))
     }
 
     /// The ICRC of the packet that starts [`HEADROOM`] bytes into `buf`, in one
@@ -185,47 +155,58 @@ pub struct IcrcCache {
 impl IcrcCache {
     /// [`Ipv4Udp::compute_parts`] through the cache.
     pub fn compute_parts(&mut self, ctx: &Ipv4Udp, parts: &[&[u8]]) -> Option<u32> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
-        let first = parts.first()?;
-        if total < BTH_LEN + ICRC_LEN || first.len() < BTH_LEN {
-            return None;
-        }
+        let total = checked_total(parts)?;
         if self.key != Some((*ctx, total)) {
             self.state = ctx.pseudo_header_state(total);
             self.key = Some((*ctx, total));
         }
-        let mut h = self.state.clone();
-        let mut bth = [0u8; BTH_LEN];
-        bth.copy_from_slice(&first[..BTH_LEN]);
-        bth[4] = 0xff; // FECN | BECN | resv6 masked
-        h.update(&bth);
-        let mut left = total - BTH_LEN - ICRC_LEN;
-        for (k, p) in parts.iter().enumerate() {
-            let p = if k == 0 { &p[BTH_LEN..] } else { p };
-            let take = p.len().min(left);
-            h.update(&p[..take]);
-            left -= take;
-        }
-        Some(h.finalize())
+        crc_from(self.state.clone(), parts, total)
     }
 
     /// True when the ICRC carried in the last 4 bytes of `parts` is right.
     pub fn verify_parts(&mut self, ctx: &Ipv4Udp, parts: &[&[u8]]) -> bool {
-        let Some(c) = self.compute_parts(ctx, parts) else {
-            return false;
-        };
-        let mut tail = [0u8; ICRC_LEN];
-        let mut need = ICRC_LEN;
-        for p in parts.iter().rev() {
-            let take = p.len().min(need);
-            tail[need - take..need].copy_from_slice(&p[p.len() - take..]);
-            need -= take;
-            if need == 0 {
-                break;
-            }
-        }
-        u32::from_le_bytes(tail) == c
+        self.compute_parts(ctx, parts) == Some(carried(parts))
     }
+}
+
+/// The UDP payload length `parts` hold, if it can carry a BTH and an ICRC
+/// and the first part holds the whole BTH.
+fn checked_total(parts: &[&[u8]]) -> Option<usize> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let first = parts.first()?;
+    (total >= BTH_LEN + ICRC_LEN && first.len() >= BTH_LEN).then_some(total)
+}
+
+/// The ICRC from `h` (the pseudo-header's state): the BTH masked on the
+/// stack, then every byte up to the ICRC where it lies.
+fn crc_from(mut h: crc32fast::Hasher, parts: &[&[u8]], total: usize) -> Option<u32> {
+    let mut bth = [0u8; BTH_LEN];
+    bth.copy_from_slice(&parts.first()?[..BTH_LEN]);
+    bth[4] = 0xff; // FECN | BECN | resv6 masked
+    h.update(&bth);
+    let mut left = total - BTH_LEN - ICRC_LEN;
+    for (k, p) in parts.iter().enumerate() {
+        let p = if k == 0 { &p[BTH_LEN..] } else { p };
+        let take = p.len().min(left);
+        h.update(&p[..take]);
+        left -= take;
+    }
+    Some(h.finalize())
+}
+
+/// The ICRC carried in the last 4 bytes of `parts` (little-endian).
+fn carried(parts: &[&[u8]]) -> u32 {
+    let mut tail = [0u8; ICRC_LEN];
+    let mut need = ICRC_LEN;
+    for p in parts.iter().rev() {
+        let take = p.len().min(need);
+        tail[need - take..need].copy_from_slice(&p[p.len() - take..]);
+        need -= take;
+        if need == 0 {
+            break;
+        }
+    }
+    u32::from_le_bytes(tail)
 }
 
 #[cfg(test)]
