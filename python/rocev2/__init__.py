@@ -584,11 +584,14 @@ class Frame:
     """A received frame on loan. ``data`` is a read-only memoryview into the
     receive slab (zero copy), valid until :meth:`release`. Released on garbage
     collection or context-manager exit if not before."""
-    __slots__ = ("_server", "_token", "data", "channel", "immediate", "has_immediate", "slot",
+    __slots__ = ("_server", "_handle", "_token", "data", "channel", "immediate", "has_immediate", "slot",
                  "address")
 
     def __init__(self, server: "Server", f: _Frame):
         self._server = server
+        # The library handle this loan belongs to: it stays valid for its
+        # tokens after destroy (and after Server.recreate()).
+        self._handle = server._srv.value
         self._token = f.token
         self.address = f.data
         buf = (ctypes.c_uint8 * f.len).from_address(f.data)
@@ -617,7 +620,7 @@ class Frame:
         if self._token:
             token, self._token = self._token, 0
             self.data.release()
-            self._server._release(token)
+            _check(_lib().rocev2_server_release(self._handle, token))
 
     def __enter__(self) -> "Frame":
         return self
@@ -649,8 +652,8 @@ class Server:
         self._cfg = cfg
         self._dev = ctypes.c_void_p()
         self._srv = ctypes.c_void_p()
-        self._retired = ctypes.c_void_p()
         self._cb = None
+        self._cb_fn = None
         self._lock = threading.Lock()
         self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
         gid_index = cfg.gidIndex
@@ -706,6 +709,7 @@ class Server:
         cb = _FRAME_CB(trampoline)
         _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
         self._cb = cb  # keep the C function pointer alive
+        self._cb_fn = fn
 
     def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
                            pmtu: int = Mtu.MTU_4096, minRnrTimer: int = 12) -> None:
@@ -728,13 +732,29 @@ class Server:
         if self._srv:
             _check(_lib().rocev2_server_stop(self._srv))
 
+    def recreate(self) -> HostParams:
+        """The remedy after an FPGA reload when the server cannot follow it
+        (the verbs backend: the NIC ACKs the restarted stream as old
+        duplicates, see README "Operations"), or after the link went to the
+        error state: destroys this server and creates a new one with the same
+        configuration (a new QP with new PSNs, a new slab; the frame callback
+        registered again if one was set) and the same FPGA GID. Returns the
+        new host params: program the FPGA with them, then call
+        :meth:`complete_connection`. Frames still on loan from the old
+        server stay valid until released."""
+        fn = self._cb_fn
+        self.close()
+        self.__init__(self._cfg)
+        if fn is not None:
+            self.set_frame_callback(fn)
+        return self.get_host_params()
+
     def close(self) -> None:
         """Stops and frees the server and device handles. Frames still on loan
         stay valid and release through the retired handle (the library keeps
         its memory until the last one is released)."""
         if self._srv:
             _lib().rocev2_server_destroy(self._srv)
-            self._retired = self._srv
             self._srv = ctypes.c_void_p()
         if self._dev:
             _lib().rocev2_device_close(self._dev)
@@ -745,9 +765,6 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _release(self, token: int) -> None:
-        _check(_lib().rocev2_server_release(self._srv or self._retired, token))
 
     # -- frames ------------------------------------------------------------
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
@@ -786,15 +803,15 @@ class Server:
     def release_frames(self, frames: typing.Iterable[Frame]) -> None:
         """Releases many frames in one library call (each once; already
         released ones are skipped)."""
-        tokens = []
+        by_handle: typing.Dict[int, typing.List[int]] = {}
         for f in frames:
             if f._token:
-                tokens.append(f._token)
+                by_handle.setdefault(f._handle, []).append(f._token)
                 f._token = 0
                 f.data.release()
-        if tokens:
+        for handle, tokens in by_handle.items():
             arr = (ctypes.c_uint64 * len(tokens))(*tokens)
-            _check(_lib().rocev2_server_release_many(self._srv or self._retired, arr, len(tokens)))
+            _check(_lib().rocev2_server_release_many(handle, arr, len(tokens)))
 
     def poll(self, timeout: typing.Optional[float] = None,
              channel: typing.Optional[int] = None) -> typing.Optional[Frame]:

@@ -329,3 +329,31 @@ def test_batch_pull_and_release_in_one_call_each():
         with pytest.raises(Rocev2Error) as e:
             s.poll_frames(4, timeout=0.1)
         assert e.value.status is rocev2.Status.STOPPED
+
+
+def test_recreate_gives_a_fresh_link_and_old_loans_stay_valid():
+    with soft_server(depth=16) as s:
+        s.complete_connection(FPGA_QPN)
+        p = fpga_sim(s, 20, 512, wait=False)
+        held = s.poll(timeout=30)
+        data = held.tobytes()
+        for _ in range(19):
+            s.poll(timeout=30).release()
+        assert p.wait(timeout=120) == 0
+        old = s.get_host_params()
+        hp = s.recreate()  # as after an FPGA reload the host cannot follow
+        assert (hp.hostQpn, hp.hostSqPsn) != (old.hostQpn, old.hostSqPsn)
+        assert s.health()["state"] is rocev2.LinkState.CREATED
+        assert held.tobytes() == data, "a loan of the old server stays valid"
+        s.complete_connection(FPGA_QPN)
+        p = fpga_sim(s, 30, 512, wait=False)  # the FPGA programmed with the new params
+        seqs, batch = [], []
+        while len(seqs) < 30:
+            s.release_frames(batch)
+            batch = s.poll_frames(8, timeout=30)
+            assert batch, f"{len(seqs)} of 30 frames"
+            seqs += [rocev2.pattern_check(f) for f in batch]
+        assert p.wait(timeout=120) == 0
+        assert seqs == list(range(30))
+        s.release_frames(batch + [held])  # loans of two servers in one call
+        assert len(held) == 0 and s.stats()["loans_outstanding"] == 0
