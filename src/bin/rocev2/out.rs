@@ -177,7 +177,7 @@ fn replace_word(text: &str, word: &str, by: &str) -> String {
         let before = rest[..at].chars().next_back();
         let after = rest[at + word.len()..].chars().next();
         out.push_str(&rest[..at]);
-        if before.map_or(true, |c| !is_word(c)) && after.map_or(true, |c| !is_word(c)) {
+        if before.is_none_or(|c| !is_word(c)) && after.is_none_or(|c| !is_word(c)) {
             out.push_str(by);
         } else {
             out.push_str(word);
