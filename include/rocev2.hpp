@@ -206,6 +206,15 @@ class Server {
         return s;
     }
 
+    /// Why the link is down ("" while created or connected): the receive
+    /// thread's end cause or why complete_connection failed. stats().link_state
+    /// says which state (ROCEV2_LINK_*).
+    std::string end_cause() const {
+        std::string s(rocev2_server_end_cause(srv_, nullptr, 0), '\0');
+        if (!s.empty()) rocev2_server_end_cause(srv_, s.data(), s.size() + 1);
+        return s;
+    }
+
     bool running() const noexcept { return rocev2_server_is_running(srv_) != 0; }
     void stop() { check(rocev2_server_stop(srv_)); }
     rocev2_server* get() noexcept { return srv_; }

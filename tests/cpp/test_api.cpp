@@ -60,6 +60,23 @@ int main() {
     CHECK(!f);
     f.release();
 
+    // Link health on a soft server (no peer needed): created, then stopped.
+    rocev2_device_config dc;
+    CHECK(rocev2_device_config_init(&dc, sizeof dc) == ROCEV2_OK);
+    dc.name = "soft";
+    dc.udp_port = 0;
+    dc.peer_udp_port = 0;
+    dc.icrc_check = ROCEV2_ICRC_OFF;
+    {
+        rocev2::Device dev(dc);
+        rocev2::Server srv(dev);
+        rocev2_stats st = srv.stats();
+        CHECK(st.struct_size == sizeof st && st.link_state == ROCEV2_LINK_CREATED);
+        CHECK(st.us_since_last_packet == UINT64_MAX && srv.end_cause().empty());
+        srv.stop();
+        CHECK(srv.stats().link_state == ROCEV2_LINK_STOPPED);
+    }
+
     // last_error sizes its buffer.
     CHECK(rocev2_server_stop(nullptr) == ROCEV2_ERR_NULL_POINTER);
     CHECK(rocev2::last_error() == "argument `server` is NULL");
