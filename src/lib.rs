@@ -250,13 +250,7 @@ impl Server {
     /// timeout.
     pub fn poll_frames(&self, timeout: Option<Duration>, max: usize) -> Result<Vec<Frame>> {
         let mut out = Vec::new();
-        if max == 0 {
-            return Ok(out);
-        }
-        if let Some(f) = self.core.poll_frame(timeout)? {
-            out.push(f);
-            self.core.take_ready(max - 1, |f| out.push(f));
-        }
+        self.core.poll_batch(timeout, max, |f| out.push(f))?;
         Ok(out)
     }
     /// Waits up to `timeout` (forever for `None`) for the next frame when no

@@ -166,13 +166,7 @@ pub unsafe extern "C" fn rocev2_server_poll_frames(
         }
         let core = core_arc(srv)?;
         let timeout = timeout_of(timeout_ms)?;
-        let Some(first) = core.poll_frame(timeout)? else {
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                format!("no frame within {timeout_ms} ms"),
-            ));
-        };
-        let mut put = |f: Frame| {
+        let put = |f: Frame| {
             // SAFETY: `frames` holds `max` structs of `stride` bytes (API
             // contract) and *got < max here; each gets its struct_size
             // before the sized write.
@@ -184,8 +178,12 @@ pub unsafe extern "C" fn rocev2_server_poll_frames(
             }
             *got += 1;
         };
-        put(first);
-        core.take_ready(max - 1, put);
+        if core.poll_batch(timeout, max, put)? == 0 {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!("no frame within {timeout_ms} ms"),
+            ));
+        }
         Ok(())
     })
 }

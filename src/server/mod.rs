@@ -401,14 +401,36 @@ impl ServerCore {
         }
     }
 
+    /// Up to `max` frames: waits like `poll_frame` for the first, then hands
+    /// `each` those already queued, without waiting. Returns how many (0 on
+    /// timeout).
+    pub fn poll_batch(
+        self: &Arc<Self>,
+        timeout: Option<Duration>,
+        max: usize,
+        mut each: impl FnMut(Frame),
+    ) -> Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let Some(first) = self.poll_frame(timeout)? else {
+            return Ok(0);
+        };
+        each(first);
+        Ok(1 + self.take_ready(max - 1, each))
+    }
+
     /// Frames already queued for `poll_frame`, up to `max`, without waiting
     /// (the rest of a batch after `poll_frame` returned one): one lock.
-    pub fn take_ready(self: &Arc<Self>, max: usize, mut each: impl FnMut(Frame)) {
+    fn take_ready(self: &Arc<Self>, max: usize, mut each: impl FnMut(Frame)) -> usize {
         let mut q = self.pull.lock().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..max {
-            let Some(p) = q.pop_front() else { break };
+        for n in 0..max {
+            let Some(p) = q.pop_front() else {
+                return n;
+            };
             each(self.queued_frame(p));
         }
+        max
     }
 
     /// Waits up to `timeout` (forever for `None`) for the next frame when no
