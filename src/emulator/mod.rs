@@ -94,6 +94,11 @@ pub struct EmulatorConfig {
     /// The first frame's sequence number in the pattern (a later run of a
     /// long test goes on where the last one stopped).
     pub first_seq: u64,
+    /// Send each burst of equal-size packets as one UDP GSO datagram
+    /// (`UDP_SEGMENT`; the kernel or the NIC cuts it into the packets, with
+    /// IP IDs 0, 1, 2, ... that their ICRCs cover). Falls back to one packet
+    /// per datagram, logged, where the route cannot segment.
+    pub gso: bool,
 }
 
 impl EmulatorConfig {
@@ -129,6 +134,7 @@ impl EmulatorConfig {
             faults: Faults::default(),
             restart_after: None,
             first_seq: 0,
+            gso: true,
         }
     }
 }
@@ -180,9 +186,14 @@ pub struct FpgaEmulator {
     start: Instant,
     ring: u32,
     rng: Rng,
-    tx_held: Option<Vec<u8>>,
+    tx_held: Option<(Vec<u8>, bool)>,
     rx_held: Option<(u32, wire::Aeth)>,
+    /// Packets to send, built unsealed behind HEADROOM, and whether each is
+    /// to be corrupted after sealing.
     out: Vec<Vec<u8>>,
+    corrupt: Vec<bool>,
+    runs: Vec<(usize, usize)>,
+    gso: bool,
     spare: Vec<Vec<u8>>,
     stats: EmulatorStats,
 }
@@ -204,6 +215,9 @@ impl FpgaEmulator {
             tx_held: None,
             rx_held: None,
             out: Vec::new(),
+            corrupt: Vec::new(),
+            runs: Vec::new(),
+            gso: cfg.gso,
             spare: Vec::new(),
             stats: EmulatorStats::default(),
         })
@@ -286,29 +300,21 @@ impl FpgaEmulator {
     }
 
     fn transmit(&mut self, now: u64) -> Result<usize> {
-        let ctx = Ipv4Udp {
-            src: *self.local.ip(),
-            dst: *self.cfg.host.ip(),
-            ip_id: 0,
-            dont_fragment: true,
-            src_port: self.local.port(),
-            dst_port: self.cfg.host.port(),
-        };
         let f = self.cfg.faults;
         let mut n = 0;
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
             bth.ack_req = p.ack_req;
-            // Packets are built behind HEADROOM bytes so the ICRC is one CRC pass.
+            // Built behind HEADROOM bytes, sealed when it is known which
+            // segment of which datagram it will be (its IP ID).
             let mut buf = self.spare.pop().unwrap_or_default();
-            ctx.emit_sealed(&bth, p.imm, None, p.payload, &mut buf);
+            buf.resize(HEADROOM + Packet::wire_len(p.opcode, p.payload.len()), 0);
+            wire::emit(&bth, p.imm, None, p.payload, &mut buf[HEADROOM..]);
             n += 1;
-            if self.rng.chance(f.corrupt) {
-                // A bit of the payload (or, without one, of the BTH's PSN).
-                self.stats.corrupted += 1;
-                let at = buf.len() - wire::ICRC_LEN - 1;
-                buf[at] ^= 0x10;
-            }
+            // A bit of the payload (or, without one, of the BTH's PSN),
+            // flipped after the ICRC is computed.
+            let corrupt = self.rng.chance(f.corrupt);
+            self.stats.corrupted += corrupt as u64;
             if self.rng.chance(f.drop) {
                 self.stats.dropped += 1;
                 self.spare.push(buf);
@@ -316,31 +322,85 @@ impl FpgaEmulator {
             }
             if self.rng.chance(f.duplicate) {
                 self.stats.duplicated += 1;
-                self.out.push(buf.clone());
+                self.queue(buf.clone(), corrupt);
             }
             if self.tx_held.is_none() && self.rng.chance(f.reorder) {
                 self.stats.reordered += 1;
-                self.tx_held = Some(buf);
+                self.tx_held = Some((buf, corrupt));
                 continue;
             }
-            self.out.push(buf);
-            if let Some(h) = self.tx_held.take() {
-                self.out.push(h);
+            self.queue(buf, corrupt);
+            if let Some((h, c)) = self.tx_held.take() {
+                self.queue(h, c);
             }
         }
         if n == 0 {
             // Nothing new: let a held packet go so it is never stuck.
-            if let Some(h) = self.tx_held.take() {
-                self.out.push(h);
+            if let Some((h, c)) = self.tx_held.take() {
+                self.queue(h, c);
             }
         }
         if !self.out.is_empty() {
-            let sent = self.io.send_to(self.cfg.host, &self.out, HEADROOM)?;
+            let sent = self.seal_and_send()?;
             self.stats.packets_tx += sent as u64;
             // What the socket did not take is lost, as on a wire; the requester recovers.
             self.spare.append(&mut self.out);
+            self.corrupt.clear();
         }
         Ok(n)
+    }
+
+    fn queue(&mut self, buf: Vec<u8>, corrupt: bool) {
+        self.out.push(buf);
+        self.corrupt.push(corrupt);
+    }
+
+    /// Seals every queued packet (segment k of a GSO run: IP ID k) and
+    /// sends them; returns how many the socket took.
+    fn seal_and_send(&mut self) -> Result<usize> {
+        let mut ctx = Ipv4Udp {
+            src: *self.local.ip(),
+            dst: *self.cfg.host.ip(),
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: self.local.port(),
+            dst_port: self.cfg.host.port(),
+        };
+        if self.gso {
+            crate::net::gso_runs(self.out.iter().map(|b| b.len() - HEADROOM), &mut self.runs);
+        } else {
+            self.runs.clear();
+            self.runs.extend((0..self.out.len()).map(|i| (i, 1)));
+        }
+        for &(first, count) in &self.runs {
+            for k in 0..count {
+                ctx.ip_id = k as u16;
+                let buf = &mut self.out[first + k];
+                ctx.seal_in_headroom(buf);
+                if self.corrupt[first + k] {
+                    let at = buf.len() - wire::ICRC_LEN - 1;
+                    buf[at] ^= 0x10;
+                }
+            }
+        }
+        if !self.gso {
+            return self.io.send_to(self.cfg.host, &self.out, HEADROOM);
+        }
+        match self
+            .io
+            .send_segmented(self.cfg.host, &self.out, HEADROOM, &self.runs)
+        {
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                log::warn!(
+                    "FPGA emulator: {}; sending one packet per datagram from now on \
+                     (these are lost and resent)",
+                    e.message()
+                );
+                self.gso = false;
+                Ok(0)
+            }
+            r => r,
+        }
     }
 
     fn receive(&mut self, now: u64) -> Result<usize> {

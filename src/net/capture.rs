@@ -22,6 +22,21 @@ impl UdpIo {
     pub(crate) fn enable_raw_capture(&mut self) -> Result<String> {
         let local = self.local_addr()?;
         let (ifindex, ifname) = interface_of(*local.ip())?;
+        // Ethernet (1) or loopback (772): a 14-byte link header in front of
+        // the IP header, which the capture reads (SOCK_RAW: the only packet
+        // socket type that tells GSO super-packets' segment size).
+        let hw =
+            std::fs::read_to_string(format!("/sys/class/net/{ifname}/type")).unwrap_or_default();
+        if !matches!(hw.trim(), "1" | "772") {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "raw capture (to check received ICRCs) reads Ethernet and loopback \
+                     interfaces; {ifname} has link type {:?}: set icrc_check to off",
+                    hw.trim()
+                ),
+            ));
+        }
         // Protocol 0: the socket receives nothing until bind() names one,
         // after its filter is attached, so no unfiltered packet (another
         // link's data, ACKs) is ever queued on it.
@@ -29,7 +44,7 @@ impl UdpIo {
         let fd = unsafe {
             libc::socket(
                 libc::AF_PACKET,
-                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
                 0,
             )
         };
@@ -50,6 +65,17 @@ impl UdpIo {
         }
         // SAFETY: fd is a fresh socket we own from here on.
         let raw = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Each packet comes behind a virtio-net header, which tells a GSO
+        // super-packet (a sender on this host, over lo or a veth, is never
+        // segmented) and its segment size, so its segments can be split and
+        // each ICRC checked.
+        setsockopt_int(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            1,
+            "setsockopt(PACKET_VNET_HDR) on the raw capture socket",
+        )?;
         let prog = capture_filter(*local.ip(), local.port());
         attach_filter(raw.as_raw_fd(), &prog, "the raw capture filter")?;
         // SAFETY: plain-data struct; zeroed is a valid initial value.
@@ -116,22 +142,24 @@ fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
-/// Classic BPF for a SOCK_DGRAM packet socket (offsets from the IP header):
-/// accept unfragmented IPv4/UDP to `ip`:`port` that is not our own outgoing
-/// copy (loopback shows each packet twice).
+/// Classic BPF for a SOCK_RAW packet socket on an Ethernet or loopback link
+/// (offsets from the 14-byte link header): accept unfragmented IPv4/UDP to
+/// `ip`:`port` that is not our own outgoing copy (loopback shows each packet
+/// twice).
 fn capture_filter(ip: Ipv4Addr, port: u16) -> Vec<libc::sock_filter> {
+    const L: u32 = 14;
     vec![
-        /* 0 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
+        /* 0 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, L),
         /* 1 */ bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xf0),
         /* 2 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 12, 0x40),
-        /* 3 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, 9),
+        /* 3 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, L + 9),
         /* 4 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 10, 17),
-        /* 5 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, 16),
+        /* 5 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, L + 16),
         /* 6 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 8, u32::from(ip)),
-        /* 7 */ bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, 6),
+        /* 7 */ bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, L + 6),
         /* 8 */ bpf(BPF_JMP | BPF_JSET | BPF_K, 6, 0, 0x3fff),
-        /* 9 */ bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, 0),
-        /* 10 */ bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, 2),
+        /* 9 */ bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, L),
+        /* 10 */ bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, L + 2),
         /* 11 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, port as u32),
         /* 12 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_PKTTYPE),
         /* 13 */

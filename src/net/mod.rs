@@ -10,14 +10,17 @@
 //! header instead, where the process may (CAP_NET_RAW).
 
 mod capture;
+mod rx;
+
+pub use rx::MAX_SEGS;
+use rx::{RxMsg, Seg};
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::server::Slab;
-use crate::wire::icrc::{parse_ipv4_udp, IcrcCache, Ipv4Udp};
+use crate::error::{Error, Result};
+use crate::wire::icrc::IcrcCache;
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
 pub const MAX_DATAGRAM: usize = 4096 + 64;
@@ -34,78 +37,48 @@ pub struct Landing {
     pub slot: u32,
     /// Byte offset in the slot.
     pub offset: u32,
-    /// Bytes that go to the slot.
+    /// Bytes that may go to the slot (its room, up to the pmtu).
     pub len: u32,
+    /// Bytes the packet should carry (what the last message's packet at
+    /// this place did; <= `len`): where a merged datagram's next segment
+    /// starts.
+    pub expect: u32,
 }
 
-/// Bytes in front of the UDP payload in a raw capture: IPv4 (no options) + UDP.
-const RAW_PREFIX: usize = 28;
+/// A `UDP_SEGMENT` control message: cmsghdr (16 bytes) + the u16 segment
+/// size, padded (CMSG_SPACE(2) = 24).
+type GsoCmsg = [u64; 3];
 
-/// One datagram of a receive batch: its staging buffer, where the last
-/// recvmmsg put it, and what was read from it.
-struct RxSlot {
-    /// 2 * MAX_DATAGRAM bytes; a scattered datagram's spill (what follows
-    /// its slab part) lands at MAX_DATAGRAM.
-    buf: Vec<u8>,
-    /// Bytes in front of the UDP payload: RAW_PREFIX from the capture
-    /// socket, 0 from the UDP socket.
-    pre: usize,
-    /// Where the UDP payload starts in `buf`, and its length.
-    base: usize,
-    len: usize,
-    /// Bytes recvmmsg reported.
-    got_len: usize,
-    from: SocketAddrV4,
-    truncated: bool,
-    /// Where it was scattered (None: whole in `buf`).
-    landing: Option<Landing>,
-    /// Raw capture: the ICRC context read from its IP/UDP header.
-    ctx: Option<Ipv4Udp>,
-    /// recvmmsg scratch, rewritten before every call.
-    name: libc::sockaddr_in,
-    iov: [libc::iovec; 3],
+fn gso_cmsg(seg: u16) -> GsoCmsg {
+    let mut c = [0u64; 3];
+    // cmsg_len = CMSG_LEN(2) = 18; level SOL_UDP, type UDP_SEGMENT; data.
+    c[0] = 18;
+    c[1] = (libc::SOL_UDP as u32 as u64) | ((libc::UDP_SEGMENT as u32 as u64) << 32);
+    c[2] = seg as u64;
+    c
 }
 
-impl RxSlot {
-    fn new() -> RxSlot {
-        RxSlot {
-            buf: vec![0u8; 2 * MAX_DATAGRAM],
-            pre: 0,
-            base: 0,
-            len: 0,
-            got_len: 0,
-            from: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-            truncated: false,
-            landing: None,
-            ctx: None,
-            // SAFETY: plain-data struct; zeroed is a valid initial value.
-            name: unsafe { std::mem::zeroed() },
-            iov: [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; 3],
-        }
-    }
-
-    /// Points iov at the staging buffer (whole) or at headers -> buf, body
-    /// -> `body` (a receiver-owned slab range), spill -> buf[MAX_DATAGRAM..];
-    /// returns the iovec count.
-    fn aim(&mut self, prefix: usize, scatter: Option<(Landing, NonNull<u8>)>) -> usize {
-        self.pre = prefix;
-        let buf = self.buf.as_mut_ptr();
-        self.landing = scatter.map(|(l, _)| l);
-        match scatter {
-            Some((l, body)) => {
-                self.iov[0] = iovec(buf, prefix + l.head as usize);
-                self.iov[1] = iovec(body.as_ptr(), l.len as usize);
-                // SAFETY: buf is 2 * MAX_DATAGRAM long.
-                self.iov[2] = iovec(unsafe { buf.add(MAX_DATAGRAM) }, MAX_DATAGRAM);
-                3
+/// Groups packets of lengths `lens` (in order) into UDP GSO runs `(first,
+/// count)`: equal lengths, the last may be shorter, at most [`MAX_SEGS`]
+/// packets and 64 KiB each.
+pub fn gso_runs(lens: impl Iterator<Item = usize>, runs: &mut Vec<(usize, usize)>) {
+    runs.clear();
+    let (mut seg, mut total, mut closed) = (0usize, 0usize, true);
+    for (i, len) in lens.enumerate() {
+        let joins = match runs.last() {
+            Some(&(_, count)) => {
+                !closed && len <= seg && count < MAX_SEGS && total + len <= 65507 - 8
             }
-            None => {
-                self.iov[0] = iovec(buf, MAX_DATAGRAM);
-                1
-            }
+            None => false,
+        };
+        if joins {
+            runs.last_mut().expect("a run").1 += 1;
+            total += len;
+            // A run ends after a shorter packet.
+            closed = len < seg;
+        } else {
+            runs.push((i, 1));
+            (seg, total, closed) = (len, len, false);
         }
     }
 }
@@ -126,12 +99,29 @@ pub struct UdpIo {
     // Raw mode: datagrams that still came through the UDP socket (they
     // entered through another interface than the captured one).
     via_udp: u64,
-    rx: Vec<RxSlot>,
+    rx: Vec<RxMsg>,
     // recvmmsg headers (one contiguous array, as the call wants), pointing
-    // into `rx`; rewritten before every call.
+    // into `rx`; rewritten when the plan or the socket changes.
     msgs: Vec<libc::mmsghdr>,
+    // The last batch's segments (packets), in order.
+    segs: Vec<Seg>,
+    // The receive plan, kept across polls, and which fd the entries are
+    // aimed at for it (None: aim again).
+    kept: Vec<Landing>,
+    aimed: Option<RawFd>,
+    // Scratch for one entry's slab ranges.
+    ranges: Vec<(Landing, NonNull<u8>)>,
+    // Entries the next recvmmsg fills.
+    vlen: usize,
+    // UDP GRO on; merged datagrams arrived lately (plan one entry of up
+    // to MAX_SEGS segments).
+    gro: bool,
+    merging: bool,
+    // Raw mode: idle polls, to look at the UDP socket now and then.
+    fallback_ticks: u32,
     // sendmmsg scratch, kept so sending does not allocate.
     tx_names: Vec<libc::sockaddr_in>,
+    tx_ctrl: Vec<GsoCmsg>,
     tx_iovs: Vec<libc::iovec>,
     tx_msgs: Vec<libc::mmsghdr>,
     // Raw mode: the received ICRCs' pseudo-header CRC state, kept.
@@ -211,10 +201,19 @@ impl UdpIo {
             sock,
             raw: None,
             via_udp: 0,
-            rx: (0..batch).map(|_| RxSlot::new()).collect(),
+            rx: (0..batch).map(|_| RxMsg::new()).collect(),
             // SAFETY: plain-data structs; zeroed is a valid initial value.
             msgs: (0..batch).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            segs: Vec::with_capacity(batch * 2),
+            kept: Vec::new(),
+            aimed: None,
+            ranges: Vec::with_capacity(MAX_SEGS),
+            vlen: batch,
+            gro: false,
+            merging: false,
+            fallback_ticks: 0,
             tx_names: Vec::new(),
+            tx_ctrl: Vec::new(),
             tx_iovs: Vec::new(),
             tx_msgs: Vec::new(),
             icrc: IcrcCache::default(),
@@ -281,236 +280,6 @@ impl UdpIo {
         self.via_udp
     }
 
-    /// Receives up to the batch size of datagrams without blocking; returns
-    /// how many (0 when none is waiting). Each lands whole in its staging buffer.
-    pub fn recv_batch(&mut self) -> Result<usize> {
-        self.recv_batch_into(None, &[])
-    }
-
-    /// Like [`recv_batch`](Self::recv_batch), but datagram `i < plan.len()`
-    /// is scattered as `plan[i]` says: its payload goes straight from the
-    /// socket into the slab, no second copy. A landing whose slab range is
-    /// not receiver-owned (loaned, or outside its slot) is ignored and that
-    /// datagram lands whole. Use [`head`](Self::head) / [`gather`](Self::gather)
-    /// to read scattered datagrams.
-    pub(crate) fn recv_batch_into(
-        &mut self,
-        slab: Option<&Slab>,
-        plan: &[Landing],
-    ) -> Result<usize> {
-        let Some(raw) = self.raw.as_ref().map(|r| r.as_raw_fd()) else {
-            return self.recv_on(self.sock.as_raw_fd(), false, slab, plan);
-        };
-        let got = self.recv_on(raw, true, slab, plan)?;
-        if got > 0 {
-            return Ok(got);
-        }
-        // The capture is idle: anything that came in elsewhere?
-        let got = self.recv_on(self.sock.as_raw_fd(), false, None, &[])?;
-        if got > 0 {
-            if self.via_udp == 0 {
-                log::warn!(
-                    "packets for {} arrive through another interface than the captured one: \
-                     their ICRC is not checked (counted icrc_unchecked)",
-                    self.local_addr().map(|a| a.to_string()).unwrap_or_default()
-                );
-            }
-            self.via_udp += got as u64;
-        }
-        Ok(got)
-    }
-
-    fn recv_on(
-        &mut self,
-        fd: RawFd,
-        raw: bool,
-        slab: Option<&Slab>,
-        plan: &[Landing],
-    ) -> Result<usize> {
-        let n = self.rx.len();
-        let prefix = if raw { RAW_PREFIX } else { 0 };
-        for (i, (rx, m)) in self.rx.iter_mut().zip(self.msgs.iter_mut()).enumerate() {
-            let scatter = match (slab, plan.get(i)) {
-                (Some(slab), Some(l)) if prefix + (l.head as usize) < MAX_DATAGRAM => slab
-                    .receive_region(l.slot, l.offset, l.len)
-                    .map(|p| (*l, p)),
-                _ => None,
-            };
-            let iovs = rx.aim(prefix, scatter);
-            let m = &mut m.msg_hdr;
-            if raw {
-                // The sender's address is read from the IP header.
-                m.msg_name = std::ptr::null_mut();
-                m.msg_namelen = 0;
-            } else {
-                m.msg_name = &mut rx.name as *mut _ as *mut libc::c_void;
-                m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            }
-            m.msg_iov = rx.iov.as_mut_ptr();
-            m.msg_iovlen = iovs;
-            m.msg_flags = 0;
-        }
-        // SAFETY: msgs has n entries pointing into `rx`, which outlives the
-        // call; each iovec points into a buffer we own or into a slab range
-        // that `receive_region` vouched is receiver-owned (the receive
-        // thread, our only caller, does not loan it before it has read this
-        // batch).
-        let got = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.msgs.as_mut_ptr(),
-                n as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if got < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
-                // A previous send to a closed port reports ECONNREFUSED here.
-                std::io::ErrorKind::ConnectionRefused => Ok(0),
-                _ => Err(Error::io("recvmmsg", e)),
-            };
-        }
-        let got = got as usize;
-        self.read_batch(got, raw, slab)?;
-        Ok(got)
-    }
-
-    /// After recvmmsg: each datagram's length, sender and payload place.
-    fn read_batch(&mut self, got: usize, raw: bool, slab: Option<&Slab>) -> Result<()> {
-        for i in 0..got {
-            let (len, flags) = (
-                self.msgs[i].msg_len as usize,
-                self.msgs[i].msg_hdr.msg_flags,
-            );
-            let rx = &mut self.rx[i];
-            rx.got_len = len;
-            // Scattered datagrams have room beyond MAX_DATAGRAM: cap them alike.
-            rx.truncated = flags & libc::MSG_TRUNC != 0 || len > MAX_DATAGRAM;
-            if !raw {
-                rx.len = len;
-                rx.base = 0;
-                rx.ctx = None;
-                rx.from = to_v4(&rx.name);
-                continue;
-            }
-            // Raw capture: an IP header with options shifts the layout of a
-            // scattered packet: gather it, then read the headers.
-            if rx.landing.is_some() && rx.buf[0] != 0x45 {
-                if let Some(slab) = slab {
-                    self.gather(i, slab)?;
-                }
-            }
-            self.rx[i].read_ip_udp();
-        }
-        Ok(())
-    }
-
-    /// Raw capture: whether datagram `i`'s ICRC is right (`None` when not
-    /// in raw mode). Reads a scattered payload where it landed in the slab.
-    pub(crate) fn icrc_ok(&mut self, i: usize, slab: &Slab) -> Option<bool> {
-        let rx = &self.rx[i];
-        let cache = &mut self.icrc;
-        // Set only for datagrams read from the capture socket.
-        let ctx = rx.ctx?;
-        let (b, n) = (rx.base, rx.len);
-        Some(match rx.landing {
-            None => cache.verify_parts(&ctx, &[&rx.buf[b..b + n]]),
-            Some(l) => {
-                let head = n.min(l.head as usize);
-                let body = (n - head).min(l.len as usize);
-                let spill = n - head - body;
-                let Some(at) = slab.receive_region(l.slot, l.offset, body as u32) else {
-                    return Some(false);
-                };
-                // SAFETY: receive_region vouched for `body` receiver-owned
-                // bytes that the last recvmmsg wrote; nothing writes them
-                // while this slice lives (it ends with this call).
-                let part = unsafe { std::slice::from_raw_parts(at.as_ptr(), body) };
-                cache.verify_parts(
-                    &ctx,
-                    &[
-                        &rx.buf[b..b + head],
-                        part,
-                        &rx.buf[MAX_DATAGRAM..MAX_DATAGRAM + spill],
-                    ],
-                )
-            }
-        })
-    }
-
-    /// Datagram `i` of the last batch: its bytes, sender, and whether it was
-    /// truncated (larger than [`MAX_DATAGRAM`]). For a scattered datagram
-    /// that is not gathered, only its head bytes.
-    pub fn datagram(&self, i: usize) -> (&[u8], SocketAddrV4, bool) {
-        let rx = &self.rx[i];
-        let len = match rx.landing {
-            Some(l) => rx.len.min(l.head as usize),
-            None => rx.len.min(MAX_DATAGRAM - rx.base),
-        };
-        (&rx.buf[rx.base..rx.base + len], rx.from, rx.truncated)
-    }
-
-    /// Where datagram `i` of the last batch was scattered to (`None`: whole,
-    /// in its staging buffer, or gathered there).
-    pub fn landing(&self, i: usize) -> Option<Landing> {
-        self.rx[i].landing
-    }
-
-    /// Datagram `i`'s length on the wire.
-    pub fn len(&self, i: usize) -> usize {
-        self.rx[i].len
-    }
-
-    /// Copies scattered datagram `i` back together in its staging buffer
-    /// (the slow path when a landing guess was wrong); afterwards
-    /// [`datagram`](Self::datagram) returns it whole. Fails if its slab range
-    /// is no longer receiver-owned.
-    pub(crate) fn gather(&mut self, i: usize, slab: &Slab) -> Result<()> {
-        let rx = &mut self.rx[i];
-        let Some(l) = rx.landing else {
-            return Ok(());
-        };
-        let len = rx.got_len.min(MAX_DATAGRAM);
-        let head = rx.pre + l.head as usize;
-        let body = len.saturating_sub(head).min(l.len as usize);
-        let spill = len.saturating_sub(head + body);
-        // Spill first: it moves down from MAX_DATAGRAM to head + body
-        // (len <= MAX_DATAGRAM keeps it in bounds; copy_within handles overlap).
-        rx.buf
-            .copy_within(MAX_DATAGRAM..MAX_DATAGRAM + spill, head + body);
-        let src = slab
-            .receive_region(l.slot, l.offset, body as u32)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Internal,
-                    format!(
-                        "slot {} was loaned before its scattered datagram was read",
-                        l.slot
-                    ),
-                )
-            })?;
-        // SAFETY: receive_region vouched for `body` bytes of a receiver-owned
-        // range (the kernel wrote them in the last recvmmsg; nobody writes
-        // them now); the destination is our own staging buffer, disjoint.
-        let part = unsafe { std::slice::from_raw_parts(src.as_ptr(), body) };
-        rx.buf[head..head + body].copy_from_slice(part);
-        rx.landing = None;
-        if rx.pre > 0 {
-            rx.read_ip_udp();
-        }
-        Ok(())
-    }
-
-    /// Gathers datagrams `from..n` of the last batch (a landing guess
-    /// missed at `from`: the rest is read the slow way before any copy into
-    /// the slab can overwrite where they landed).
-    pub(crate) fn gather_rest(&mut self, from: usize, n: usize, slab: &Slab) -> Result<()> {
-        (from..n).try_for_each(|j| self.gather(j, slab))
-    }
-
     /// Sends datagrams (`(destination, bytes)`) with as few sendmmsg calls as
     /// possible; returns how many the kernel took (a full send buffer or an
     /// ICMP error drops the rest, as the network may).
@@ -522,6 +291,93 @@ impl UdpIo {
     /// (packets built behind an ICRC headroom).
     pub fn send_to(&mut self, dst: SocketAddrV4, bufs: &[Vec<u8>], skip: usize) -> Result<usize> {
         self.send_iter(bufs.iter().map(|b| (dst, &b[skip..])))
+    }
+
+    /// Sends `bufs[i][skip..]` to `dst` with UDP GSO: each run `(first,
+    /// count)` (from [`gso_runs`]) as one datagram the kernel segments into
+    /// `count` packets of the first one's length (`UDP_SEGMENT`), so a batch
+    /// of packets costs one pass through the stack. Segment `k` of a run
+    /// leaves with IP ID `k` (Linux numbers the segments of a DF datagram
+    /// from an unconnected socket 0, 1, 2, ...): seal its ICRC for that.
+    /// Returns how many packets the kernel took; an error of kind
+    /// `Unsupported` when the route cannot segment (no checksum offload, a
+    /// segment above its MTU): send one packet per datagram instead.
+    pub fn send_segmented(
+        &mut self,
+        dst: SocketAddrV4,
+        bufs: &[Vec<u8>],
+        skip: usize,
+        runs: &[(usize, usize)],
+    ) -> Result<usize> {
+        let n = runs.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        self.tx_names.clear();
+        self.tx_iovs.clear();
+        self.tx_ctrl.clear();
+        for &(first, count) in runs {
+            self.tx_names.push(from_v4(&dst));
+            let seg = bufs[first].len() - skip;
+            self.tx_ctrl.push(gso_cmsg(seg as u16));
+            for b in &bufs[first..first + count] {
+                self.tx_iovs
+                    .push(iovec(b[skip..].as_ptr() as *mut u8, b.len() - skip));
+            }
+        }
+        // SAFETY: plain-data struct; zeroed is a valid initial value.
+        self.tx_msgs
+            .resize_with(n, || unsafe { std::mem::zeroed() });
+        let mut at = 0;
+        for (i, &(_, count)) in runs.iter().enumerate() {
+            let m = &mut self.tx_msgs[i].msg_hdr;
+            m.msg_name = &mut self.tx_names[i] as *mut _ as *mut libc::c_void;
+            m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            m.msg_iov = &mut self.tx_iovs[at];
+            m.msg_iovlen = count;
+            // One packet needs no segmentation.
+            if count > 1 {
+                m.msg_control = self.tx_ctrl[i].as_mut_ptr() as *mut libc::c_void;
+                m.msg_controllen = std::mem::size_of::<GsoCmsg>();
+            } else {
+                m.msg_control = std::ptr::null_mut();
+                m.msg_controllen = 0;
+            }
+            m.msg_flags = 0;
+            at += count;
+        }
+        let mut sent = 0;
+        while sent < n {
+            // SAFETY: the arrays hold n entries, valid from `sent`; the
+            // iovecs point into `bufs`, only read, which outlive this call;
+            // the control buffers are ours.
+            let k = unsafe {
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    self.tx_msgs.as_mut_ptr().add(sent),
+                    (n - sent) as u32,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if k < 0 {
+                let e = std::io::Error::last_os_error();
+                match (e.kind(), e.raw_os_error()) {
+                    (std::io::ErrorKind::Interrupted, _) => continue,
+                    (std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused, _) => {
+                        break
+                    }
+                    (_, Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EMSGSIZE)) => {
+                        return Err(Error::new(
+                            crate::error::ErrorKind::Unsupported,
+                            format!("UDP GSO send to {dst} refused ({e})"),
+                        ))
+                    }
+                    _ => return Err(Error::io("sendmmsg (UDP GSO)", e)),
+                }
+            }
+            sent += k as usize;
+        }
+        Ok(runs[..sent].iter().map(|r| r.1).sum())
     }
 
     fn send_iter<'a>(
@@ -581,33 +437,6 @@ impl UdpIo {
     }
 }
 
-impl RxSlot {
-    /// Raw capture: the IP/UDP header -> sender, payload place and length,
-    /// ICRC context; an unusable header marks the datagram truncated.
-    fn read_ip_udp(&mut self) {
-        let len = self.got_len.min(MAX_DATAGRAM);
-        let seen = match self.landing {
-            Some(l) => len.min(self.pre + l.head as usize),
-            None => len,
-        };
-        match parse_ipv4_udp(&self.buf[..seen], len) {
-            Some((ctx, at, n)) if self.landing.is_none() || at == self.pre => {
-                self.base = at;
-                self.len = n;
-                self.from = SocketAddrV4::new(ctx.src, ctx.src_port);
-                self.ctx = Some(ctx);
-            }
-            _ => {
-                self.base = 0;
-                self.len = 0;
-                self.from = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-                self.ctx = None;
-                self.truncated = true;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -637,6 +466,52 @@ mod tests {
         }
         assert_eq!(got, payloads);
         assert_eq!(a.recv_batch().unwrap(), 0);
+    }
+
+    #[test]
+    fn gso_runs_group_equal_lengths_and_end_after_a_shorter_one() {
+        let mut runs = Vec::new();
+        gso_runs(
+            [100, 100, 100, 60, 100, 100, 120, 120].into_iter(),
+            &mut runs,
+        );
+        assert_eq!(runs, vec![(0, 4), (4, 2), (6, 2)]);
+        gso_runs(std::iter::repeat_n(1000, 70), &mut runs);
+        assert_eq!(runs, vec![(0, MAX_SEGS), (MAX_SEGS, 6)]);
+        gso_runs([100, 50, 50].into_iter(), &mut runs);
+        assert_eq!(runs, vec![(0, 2), (2, 1)]);
+        gso_runs(std::iter::repeat_n(4116, 20), &mut runs);
+        assert_eq!(runs, vec![(0, 15), (15, 5)], "64 KiB at most");
+        gso_runs(std::iter::empty(), &mut runs);
+        assert!(runs.is_empty());
+    }
+
+    #[test]
+    fn segmented_sends_arrive_as_their_packets() {
+        let lo = Ipv4Addr::LOCALHOST;
+        let mut a = UdpIo::bind(SocketAddrV4::new(lo, 0), 8).unwrap();
+        let mut b = UdpIo::bind(SocketAddrV4::new(lo, 0), 8).unwrap();
+        let to = a.local_addr().unwrap();
+        let bufs: Vec<Vec<u8>> = (0..7u8)
+            .map(|i| vec![i; if i == 4 { 50 } else { 300 }])
+            .collect();
+        let mut runs = Vec::new();
+        gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
+        assert_eq!(runs, vec![(0, 5), (5, 2)]);
+        assert_eq!(b.send_segmented(to, &bufs, 0, &runs).unwrap(), 7);
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            let n = a.recv_batch().unwrap();
+            (0..n).for_each(|i| got.push(a.datagram(i).0.to_vec()));
+            if got.len() == 7 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            got, bufs,
+            "without UDP_GRO the kernel hands each segment over"
+        );
     }
 
     #[test]

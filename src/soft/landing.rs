@@ -21,6 +21,8 @@ pub(crate) struct Shape {
     pub first_head: u32,
     /// Header bytes of its last packet.
     pub last_head: u32,
+    /// Payload bytes of its last packet (0: not learnt yet).
+    pub last_len: u32,
 }
 
 impl Default for Shape {
@@ -30,6 +32,7 @@ impl Default for Shape {
             pkts: 1,
             first_head: 16,
             last_head: 16,
+            last_len: 0,
         }
     }
 }
@@ -89,19 +92,27 @@ impl Planner {
             if len == 0 {
                 break;
             }
+            // The payload the packet should carry: the pmtu up to the last
+            // packet, which carries what the last message's last one did.
+            let expect = match (last, shape.last_len) {
+                (true, n) if n > 0 => n.min(len),
+                _ => len,
+            };
             plan.push(Landing {
                 head,
                 slot,
                 offset,
                 len,
+                expect,
             });
             cur = (!last).then_some((slot, offset + t.pmtu, idx + 1));
         }
     }
 
-    /// The responder placed a packet with `head` header bytes at `offset` of
-    /// its message; `done` when it ended the message.
-    pub fn learn(&mut self, offset: u32, head: u32, done: bool) {
+    /// The responder placed a packet with `head` header bytes and `payload`
+    /// payload bytes at `offset` of its message; `done` when it ended the
+    /// message.
+    pub fn learn(&mut self, offset: u32, head: u32, payload: u32, done: bool) {
         if offset == 0 {
             self.msg_pkts = 1;
             self.msg_first_head = head;
@@ -113,6 +124,7 @@ impl Planner {
                 pkts: self.msg_pkts,
                 first_head: self.msg_first_head,
                 last_head: head,
+                last_len: payload,
             };
             self.msg_pkts = 0;
         }
@@ -155,6 +167,7 @@ mod tests {
             slot,
             offset,
             len,
+            expect: len,
         }
     }
 
@@ -179,15 +192,16 @@ mod tests {
     fn learns_a_multi_packet_shape() {
         let mut p = Planner::default();
         // FIRST (12) + MIDDLE (12) + LAST_WITH_IMM (16) into slot 0.
-        p.learn(0, 12, false);
-        p.learn(1024, 12, false);
-        p.learn(2048, 16, true);
+        p.learn(0, 12, 1024, false);
+        p.learn(1024, 12, 1024, false);
+        p.learn(2048, 16, 952, true);
         assert_eq!(
             p.shape(),
             Shape {
                 pkts: 3,
                 first_head: 12,
-                last_head: 16
+                last_head: 16,
+                last_len: 952,
             }
         );
         let v = plan(&p, targets(None, &[5, 6], 1024, 3000), 32);
@@ -208,7 +222,7 @@ mod tests {
     fn continues_the_partial_message_first() {
         let mut p = Planner::default();
         for (off, head, done) in [(0, 12, false), (1024, 16, true), (0, 12, false)] {
-            p.learn(off, head, done);
+            p.learn(off, head, 1024, done);
         }
         // Slot 4 holds the first packet of a two-packet message.
         let v = plan(&p, targets(Some((4, 1024)), &[8], 1024, 2048), 32);
@@ -225,12 +239,12 @@ mod tests {
     #[test]
     fn a_discarded_message_keeps_the_last_complete_shape() {
         let mut p = Planner::default();
-        p.learn(0, 16, true);
-        p.learn(0, 12, false);
+        p.learn(0, 16, 100, true);
+        p.learn(0, 12, 1024, false);
         p.discard_message();
-        assert_eq!(p.shape(), Shape::default());
-        p.learn(0, 12, false);
-        p.learn(1024, 16, true);
+        assert_eq!(p.shape().last_len, 100);
+        p.learn(0, 12, 1024, false);
+        p.learn(1024, 16, 1024, true);
         assert_eq!(p.shape().pkts, 2);
     }
 
@@ -258,7 +272,7 @@ pub fn fuzz(data: &[u8]) {
             u16::from_le_bytes([step[3], step[4]]) as u32,
         );
         match step[0] % 3 {
-            0 => p.learn(c, [12, 16, 24, 28][a as usize % 4], b & 1 == 1),
+            0 => p.learn(c, [12, 16, 24, 28][a as usize % 4], c ^ b, b & 1 == 1),
             1 => p.discard_message(),
             _ => {
                 let pmtu = 256 << (a % 5);
@@ -283,6 +297,7 @@ pub fn fuzz(data: &[u8]) {
                         l.offset + l.len <= slot_size && l.len > 0 && l.len <= pmtu,
                         "{l:?}"
                     );
+                    assert!(l.expect <= l.len, "{l:?}");
                     assert!(l.slot == 7 || free.contains(&l.slot), "{l:?}");
                     match next {
                         Some((s, off)) if s == l.slot => assert_eq!(l.offset, off, "{l:?}"),

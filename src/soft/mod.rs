@@ -157,6 +157,9 @@ pub(crate) struct SoftBackend {
     tx: Vec<Vec<u8>>,
     plan: Vec<Landing>,
     planner: Planner,
+    /// Something the plan depends on changed (packets placed, slots
+    /// posted): plan anew before the next receive, else keep the last plan.
+    replan: bool,
     /// Idle polls since the kernel's drop count was last read.
     idle_polls: u32,
 }
@@ -165,20 +168,37 @@ impl SoftBackend {
     pub(crate) fn create(dev: &SoftDevice, slab: &Arc<Slab>) -> Result<SoftBackend> {
         let mut io = UdpIo::bind(dev.bind, POLL_BATCH)?;
         let local = io.local_addr()?;
-        match dev.icrc_check {
-            IcrcCheck::Off => log::info!(
-                "soft backend {local}: ICRC check off: received ICRCs are counted unchecked"
-            ),
+        let captured = match dev.icrc_check {
+            IcrcCheck::Off => {
+                log::info!(
+                    "soft backend {local}: ICRC check off: received ICRCs are counted unchecked"
+                );
+                false
+            }
             IcrcCheck::Auto | IcrcCheck::Require => match io.enable_raw_capture() {
-                Ok(ifname) => log::info!(
-                    "soft backend {local}: raw capture on {ifname}: every received ICRC is checked"
-                ),
+                Ok(ifname) => {
+                    log::info!(
+                        "soft backend {local}: raw capture on {ifname}: every received ICRC is \
+                         checked (GSO super-packets split into their segments)"
+                    );
+                    true
+                }
                 Err(e) if dev.icrc_check == IcrcCheck::Require => return Err(e),
-                Err(e) => log::info!(
-                    "soft backend {local}: received ICRCs are not checked (counted icrc_unchecked): {}",
-                    e.message()
-                ),
+                Err(e) => {
+                    log::info!(
+                        "soft backend {local}: received ICRCs are not checked (counted \
+                         icrc_unchecked): {}",
+                        e.message()
+                    );
+                    false
+                }
             },
+        };
+        // Merged datagrams from the UDP socket. Not with raw capture: the
+        // kernel merges before the capture sees packets, so each merged
+        // packet's own IP header (its ICRC covers the IP ID) would be gone.
+        if !captured && !io.enable_gro() {
+            log::info!("soft backend {local}: UDP GRO unavailable: one packet per datagram");
         }
         Ok(SoftBackend {
             io,
@@ -192,8 +212,9 @@ impl SoftBackend {
             posted_before_connect: Vec::new(),
             link: None,
             tx: Vec::new(),
-            plan: Vec::with_capacity(POLL_BATCH),
+            plan: Vec::with_capacity(net::MAX_SEGS.max(POLL_BATCH)),
             planner: Planner::default(),
+            replan: true,
             idle_polls: 0,
         })
     }
@@ -213,15 +234,21 @@ impl SoftBackend {
     /// One receive batch: plan, receive, each datagram through the
     /// pipeline, then replies and counters.
     fn poll_link(&mut self, link: &mut Link, out: &mut Vec<Completion>) -> Result<()> {
-        let r = &link.resp;
-        let targets = Targets {
-            partial: r.partial(),
-            free: r.free_slots(),
-            pmtu: r.pmtu(),
-            slot_size: self.slab.slot_size(),
+        let plan = if std::mem::take(&mut self.replan) {
+            let r = &link.resp;
+            let targets = Targets {
+                partial: r.partial(),
+                free: r.free_slots(),
+                pmtu: r.pmtu(),
+                slot_size: self.slab.slot_size(),
+            };
+            let max = self.io.plan_capacity();
+            self.planner.plan(&mut self.plan, max, targets);
+            Some(&self.plan[..])
+        } else {
+            None
         };
-        self.planner.plan(&mut self.plan, POLL_BATCH, targets);
-        let n = self.io.recv_batch_into(Some(&self.slab), &self.plan)?;
+        let n = self.io.recv_batch_into(Some(&self.slab), plan)?;
         if n == 0 {
             // Idle: now and then, read what the kernel dropped meanwhile.
             self.idle_polls += 1;
@@ -230,6 +257,7 @@ impl SoftBackend {
             }
             return Ok(());
         }
+        self.replan = true;
         let mut batch = Batch {
             n,
             missed: false,
@@ -271,7 +299,8 @@ impl SoftBackend {
             Verdict::Place { slot, offset, done } => {
                 self.place(batch, i, req.landed, slot, offset)?;
                 let head = req.bth.opcode.header_len() as u32;
-                self.planner.learn(offset, head, done.is_some());
+                let len = req.payload_len as u32;
+                self.planner.learn(offset, head, len, done.is_some());
                 if let Some(d) = done {
                     let kind = CompletionKind::Recv {
                         len: d.len,
@@ -325,7 +354,9 @@ impl SoftBackend {
                     landed: Some(l),
                 }));
             }
-            // The guess was wrong (headers or size differ).
+        }
+        if !batch.missed && self.io.scattered(i) {
+            // The guess was wrong (place, headers or size differ).
             self.miss(batch, i)?;
         }
         match Packet::parse(self.io.datagram(i).0) {
@@ -512,6 +543,7 @@ impl Backend for SoftBackend {
     }
 
     fn post_recv(&mut self, slots: &[u32]) -> Result<()> {
+        self.replan = true;
         match &mut self.link {
             Some(l) => slots.iter().for_each(|&s| l.resp.post(s)),
             None => self.posted_before_connect.extend_from_slice(slots),
