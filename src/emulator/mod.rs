@@ -94,6 +94,9 @@ pub struct EmulatorConfig {
     /// The first frame's sequence number in the pattern (a later run of a
     /// long test goes on where the last one stopped).
     pub first_seq: u64,
+    /// Frames per second at most (None: as fast as the window allows):
+    /// frame i is submitted no earlier than i / rate after the stream starts.
+    pub rate: Option<f64>,
     /// Send each burst of equal-size packets as one UDP GSO datagram
     /// (`UDP_SEGMENT`; the kernel or the NIC cuts it into the packets, with
     /// IP IDs 0, 1, 2, ... that their ICRCs cover). Falls back to one packet
@@ -134,6 +137,7 @@ impl EmulatorConfig {
             faults: Faults::default(),
             restart_after: None,
             first_seq: 0,
+            rate: None,
             gso: true,
         }
     }
@@ -172,6 +176,28 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         (self.0 >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// The pacing of a stream: how many frames are due.
+struct Pace {
+    start: Instant,
+    rate: Option<f64>,
+}
+
+impl Pace {
+    fn new(rate: Option<f64>) -> Pace {
+        Pace {
+            start: Instant::now(),
+            rate: rate.filter(|r| *r > 0.0),
+        }
+    }
+    /// Frames due by now (all, unpaced).
+    fn due(&self) -> u64 {
+        match self.rate {
+            Some(r) => (self.start.elapsed().as_secs_f64() * r) as u64 + 1,
+            None => u64::MAX,
+        }
     }
 }
 
@@ -527,6 +553,22 @@ impl FpgaEmulator {
         channels: &[u8],
         queue: usize,
         timeout: Duration,
+        progress: impl FnMut(u64),
+    ) -> Result<()> {
+        let fill = |seq: u64, buf: &mut Vec<u8>| *buf = payload(seq);
+        self.stream_into(frames, fill, channels, queue, timeout, progress)
+    }
+
+    /// Like [`FpgaEmulator::stream_with`], filling `fill(seq, buf)` into the
+    /// buffer of an acknowledged frame (no allocation per frame once the
+    /// stream runs; `buf` holds an old frame's bytes).
+    pub fn stream_into(
+        &mut self,
+        frames: u64,
+        mut fill: impl FnMut(u64, &mut Vec<u8>),
+        channels: &[u8],
+        queue: usize,
+        timeout: Duration,
         mut progress: impl FnMut(u64),
     ) -> Result<()> {
         let end = Instant::now() + timeout;
@@ -542,18 +584,29 @@ impl FpgaEmulator {
         } else {
             channels
         };
+        let pace = Pace::new(self.cfg.rate);
         while next < frames || !self.req.is_idle() {
             if next == restart_at && next < frames && self.req.is_idle() {
                 self.restart();
                 restart_at = restart_at.saturating_add(every);
             }
-            // Up to the next restart point: everything before it gets ACKed first.
-            while next < frames.min(restart_at) && self.req.outstanding() < queue.max(1) {
-                let seq = first + next;
-                self.submit(payload(seq), chans[(next % chans.len() as u64) as usize]);
+            // Up to the next restart point: everything before it gets ACKed
+            // first; paced: only the frames due by now.
+            let upto = frames.min(restart_at).min(pace.due());
+            while next < upto && self.req.outstanding() < queue.max(1) {
+                let mut buf = self.req.take_spent().unwrap_or_default();
+                fill(first + next, &mut buf);
+                let channel = chans[(next % chans.len() as u64) as usize];
+                self.submit(buf, channel);
                 next += 1;
             }
-            self.pump(Duration::from_millis(10))?;
+            // Paced and ahead of time: look for ACKs without waiting.
+            let ahead = next < frames.min(restart_at) && next >= upto;
+            self.pump(if ahead {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(10)
+            })?;
             if last_report.elapsed() > Duration::from_millis(100) {
                 progress(acked(self));
                 last_report = Instant::now();

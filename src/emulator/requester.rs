@@ -147,7 +147,13 @@ pub struct Requester {
     rnr_retries: u32,
     fatal: Option<Fatal>,
     stats: RequesterStats,
+    /// Buffers of acknowledged messages, for the next ones (no allocation
+    /// per frame in a steady stream).
+    spent: Vec<Vec<u8>>,
 }
+
+/// Spent buffers kept at most.
+const SPENT_MAX: usize = 64;
 
 impl Requester {
     /// A requester starting at `cfg.start_psn`.
@@ -166,7 +172,13 @@ impl Requester {
             rnr_retries: 0,
             fatal: None,
             stats: RequesterStats::default(),
+            spent: Vec::new(),
         }
+    }
+
+    /// A buffer of an acknowledged message to fill for the next one, if any.
+    pub fn take_spent(&mut self) -> Option<Vec<u8>> {
+        self.spent.pop()
     }
 
     /// Queues a message (a frame) with its immediate.
@@ -308,6 +320,9 @@ impl Requester {
                 self.first_msg += 1;
                 self.stats.acked += 1;
                 self.stats.bytes_acked += m.data.len() as u64;
+                if self.spent.len() < SPENT_MAX {
+                    self.spent.push(m.data);
+                }
             }
         }
         self.send_at = self.send_at.saturating_sub(n);

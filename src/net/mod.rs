@@ -12,7 +12,7 @@
 mod capture;
 mod rx;
 
-pub use rx::MAX_SEGS;
+pub(crate) use rx::MAX_SEGS;
 use rx::{RxMsg, Seg};
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};

@@ -29,10 +29,10 @@ use crate::server::Slab;
 use crate::wire::icrc::{parse_ipv4_udp, Ipv4Udp};
 
 /// Largest datagram received whole: 64 KiB of UDP payload (a merged one).
-pub const MAX_MERGED: usize = 65536;
+const MAX_MERGED: usize = 65536;
 /// Segments of one merged datagram planned at most (the kernel merges up
 /// to 64: UDP_GRO_CNT_MAX).
-pub const MAX_SEGS: usize = 64;
+pub(crate) const MAX_SEGS: usize = 64;
 /// Staging bytes per planned segment: the previous segment's pad + ICRC
 /// and this one's headers (chunk 0: the raw-capture prefix and headers).
 const CHUNK: usize = 128;
