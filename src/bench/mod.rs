@@ -79,19 +79,110 @@ pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
     Ok(Rate::of(n, n * size as u64, elapsed))
 }
 
+/// Sends datagrams of `size` bytes from one thread to another over loopback
+/// for `duration` as UDP GSO datagrams (as many segments as fit 64 KiB),
+/// into a receiver with UDP GRO on, and returns the receiver's rate in
+/// datagrams (segments): what the kernel allows when nobody pays per packet.
+pub fn gso_gro_ceiling(size: usize, duration: Duration) -> Result<Rate> {
+    let mut rx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 64)?;
+    rx.enable_gro();
+    let to = rx.local_addr()?;
+    let mut tx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let sender = std::thread::spawn(move || -> Result<()> {
+        let bufs: Vec<Vec<u8>> = (0..64).map(|_| vec![0xa5u8; size]).collect();
+        let mut runs = Vec::new();
+        crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
+        while !stop2.load(Ordering::Relaxed) {
+            if tx.send_segmented(to, &bufs, 0, &runs)? < bufs.len() {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    });
+    let warm = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < warm {
+        rx.recv_batch()?;
+    }
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed() < duration {
+        let got = rx.recv_batch()?;
+        if got == 0 {
+            poll_readable(&[rx.fd()], 10)?;
+        }
+        n += got as u64;
+    }
+    let elapsed = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    sender.join().expect("sender thread")?;
+    Ok(Rate::of(n, n * size as u64, elapsed))
+}
+
+/// One end-to-end run's figures.
+#[derive(Debug, Clone, Copy)]
+pub struct E2e {
+    /// The consumer's frame rate.
+    pub rate: Rate,
+    /// ACKs (and NAKs) the server sent per frame.
+    pub acks_per_frame: f64,
+    /// Packets copied after a missed landing guess, per frame.
+    pub copied_per_frame: f64,
+    /// Packets the emulator sent again (timeouts, NAKs).
+    pub retransmits: u64,
+    /// Sequence and RNR NAKs the server sent, and what the kernel dropped at
+    /// its socket.
+    pub naks: u64,
+    /// Packets the kernel dropped at the server's full socket.
+    pub socket_drops: u64,
+    /// The server thread's CPU time per frame (ns) and its share of the
+    /// run's wall time (1.0 = one core).
+    pub busy_ns_per_frame: f64,
+    /// The server thread's CPU time over the run's wall time (1.0 = a core).
+    pub cpu: f64,
+}
+
+/// How the end-to-end run is driven.
+#[derive(Debug, Clone, Copy)]
+pub struct E2eSetup {
+    /// Frame size.
+    pub size: usize,
+    /// Frames.
+    pub frames: u64,
+    /// Path MTU.
+    pub pmtu: crate::config::Mtu,
+    /// Slots.
+    pub depth: u32,
+    /// How the server reads packets: `Off` from the UDP socket (GRO),
+    /// `Require` by raw capture with every received ICRC verified.
+    pub icrc: crate::config::IcrcCheck,
+    /// Messages the emulator keeps un-ACKed (surf's engine: 4).
+    pub window: usize,
+    /// Frames per second (None: as fast as the window allows).
+    pub rate: Option<f64>,
+}
+
+impl E2eSetup {
+    /// `frames` frames of `size` bytes, pmtu 4096, 256 slots, UDP socket,
+    /// a 16-message window, unpaced.
+    pub fn new(size: usize, frames: u64) -> E2eSetup {
+        E2eSetup {
+            size,
+            frames,
+            pmtu: crate::config::Mtu::Mtu4096,
+            depth: 256,
+            icrc: crate::config::IcrcCheck::Off,
+            window: 16,
+            rate: None,
+        }
+    }
+}
+
 /// Frames through the whole soft path in this process: the FPGA emulator ->
 /// loopback UDP -> responder -> slab -> loan -> counting callback -> release
-/// -> re-post, with ICRC on every packet sent and every ACK. Frames of
-/// `size` bytes, `frames` of them; returns the consumer's frame rate.
-/// `icrc` picks how the server reads packets: `Off` from the UDP socket,
-/// `Require` by raw capture with every received ICRC verified.
-pub fn soft_end_to_end(
-    size: usize,
-    frames: u64,
-    pmtu: crate::config::Mtu,
-    depth: u32,
-    icrc: crate::config::IcrcCheck,
-) -> Result<Rate> {
+/// -> re-post, with ICRC on every packet sent and every ACK.
+pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
     use crate::config::{ConnectParams, ServerConfig, SoftConfig};
     use crate::emulator::{EmulatorConfig, FpgaEmulator};
     use crate::{Device, Server};
@@ -99,22 +190,22 @@ pub fn soft_end_to_end(
     let server = Server::create(
         &Device::open(
             &SoftConfig {
-                icrc_check: icrc,
+                icrc_check: s.icrc,
                 ..SoftConfig::ephemeral("127.0.0.1")
             }
             .into(),
         )?,
         &ServerConfig {
-            max_payload: size as u32,
-            rx_queue_depth: depth,
+            max_payload: s.size as u32,
+            rx_queue_depth: s.depth,
             ..Default::default()
         },
     )?;
     let hp = server.host_params();
     let mut ecfg = EmulatorConfig::for_server(&hp)?;
-    ecfg.pmtu = pmtu;
-    // A deeper engine than surf's 4 messages: the bench measures the host.
-    ecfg.window = 16;
+    ecfg.pmtu = s.pmtu;
+    ecfg.window = s.window;
+    ecfg.rate = s.rate;
     let mut emu = FpgaEmulator::new(ecfg)?;
     server.set_fpga_gid(emu.gid())?;
     let count = Arc::new(AtomicU64::new(0));
@@ -123,23 +214,58 @@ pub fn soft_end_to_end(
         c2.fetch_add(1, Ordering::Relaxed);
         drop(f);
     })?;
-    server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, pmtu.code(), 1)?)?;
-    let template = crate::emulator::pattern::make(0, size);
+    server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, s.pmtu.code(), 1)?)?;
+    let template = crate::emulator::pattern::make(0, s.size);
+    let cpu0 = thread_cpu_ns("RoCEv2Server");
     let t0 = Instant::now();
-    emu.stream_with(
-        frames,
-        |_| template.clone(),
+    emu.stream_into(
+        s.frames,
+        |_, buf| {
+            buf.clear();
+            buf.extend_from_slice(&template);
+        },
         &[0],
-        depth as usize * 2,
+        s.depth as usize * 2,
         Duration::from_secs(600),
         |_| {},
     )?;
-    while count.load(Ordering::Relaxed) < frames && t0.elapsed() < Duration::from_secs(600) {
+    while count.load(Ordering::Relaxed) < s.frames && t0.elapsed() < Duration::from_secs(600) {
         std::thread::yield_now();
     }
     let elapsed = t0.elapsed();
+    let cpu = thread_cpu_ns("RoCEv2Server").saturating_sub(cpu0);
     let n = count.load(Ordering::Relaxed);
-    Ok(Rate::of(n, n * size as u64, elapsed))
+    let st = server.stats();
+    let soft = st.soft();
+    let es = emu.stats();
+    server.stop();
+    let per = |x: u64| x as f64 / n.max(1) as f64;
+    Ok(E2e {
+        rate: Rate::of(n, n * s.size as u64, elapsed),
+        acks_per_frame: per(soft.packets_tx),
+        copied_per_frame: per(soft.payload_copied),
+        retransmits: es.requester.retransmits,
+        naks: soft.seq_naks_tx + soft.rnr_naks_tx,
+        socket_drops: soft.socket_drops,
+        busy_ns_per_frame: per(cpu),
+        cpu: cpu as f64 / elapsed.as_nanos().max(1) as f64,
+    })
+}
+
+/// CPU time (ns) so far of this process's thread named `name` (the
+/// server's receive thread is "RoCEv2Server"), from its schedstat; 0 when
+/// there is none.
+pub fn thread_cpu_ns(name: &str) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.filter_map(|t| t.ok())
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// GB/s of the ICRC (pseudo-header + payload) over `len`-byte SEND packets
@@ -186,8 +312,21 @@ pub fn icrc_vs_raw_crc(len: usize, iters: u32) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn ceiling_moves_datagrams() {
+    fn ceilings_move_datagrams() {
         let r = super::udp_ceiling(1024, std::time::Duration::from_millis(100)).unwrap();
         assert!(r.per_sec > 0.0 && r.gbit > 0.0);
+        let g = super::gso_gro_ceiling(1024, std::time::Duration::from_millis(100)).unwrap();
+        assert!(g.per_sec > 0.0 && g.gbit > 0.0);
+    }
+
+    #[test]
+    fn an_end_to_end_run_delivers_and_measures_the_server_thread() {
+        let e = super::soft_end_to_end(super::E2eSetup::new(1024, 2000)).unwrap();
+        assert!(e.rate.per_sec > 0.0);
+        assert!(
+            e.busy_ns_per_frame > 0.0,
+            "the receive thread's CPU time is read"
+        );
+        assert!(e.acks_per_frame > 0.0 && e.acks_per_frame <= 1.0, "{e:?}");
     }
 }

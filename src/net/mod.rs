@@ -117,6 +117,9 @@ pub struct UdpIo {
     // to MAX_SEGS segments).
     gro: bool,
     merging: bool,
+    // Segments of the largest merged datagram lately; batches since one.
+    merged_max: usize,
+    unmerged_batches: u32,
     // Raw mode: idle polls, to look at the UDP socket now and then.
     fallback_ticks: u32,
     // sendmmsg scratch, kept so sending does not allocate.
@@ -211,6 +214,8 @@ impl UdpIo {
             vlen: batch,
             gro: false,
             merging: false,
+            merged_max: 0,
+            unmerged_batches: 0,
             fallback_ticks: 0,
             tx_names: Vec::new(),
             tx_ctrl: Vec::new(),

@@ -379,10 +379,18 @@ impl UdpIo {
     /// MAX_SEGS segments after merged datagrams arrived, else one segment
     /// in each of the batch's entries.
     pub(crate) fn plan_capacity(&self) -> usize {
+        self.per_entry() * self.rx.len()
+    }
+
+    /// Segments planned per entry: the largest merge seen lately once
+    /// merged datagrams arrive (an entry that gets fewer leaves its last
+    /// landings unused; the next entry's packets still land in posted slots,
+    /// which the responder takes as they come), else one.
+    fn per_entry(&self) -> usize {
         if self.merging {
-            MAX_SEGS
+            self.merged_max.clamp(1, MAX_SEGS)
         } else {
-            self.rx.len()
+            1
         }
     }
 
@@ -447,8 +455,8 @@ impl UdpIo {
         let kept = std::mem::take(&mut self.kept);
         let plan = if slab.is_some() { &kept[..] } else { &[][..] };
         let prefix = if raw { RAW_PREFIX } else { 0 };
-        let per_msg = if self.merging { MAX_SEGS } else { 1 };
-        let msgs = if self.merging { 1 } else { self.rx.len() };
+        let per_msg = self.per_entry();
+        let msgs = self.rx.len();
         let mut next = plan.iter();
         let mut ranges = std::mem::take(&mut self.ranges);
         for (rx, m) in self.rx.iter_mut().zip(self.msgs.iter_mut()).take(msgs) {
@@ -515,7 +523,7 @@ impl UdpIo {
         // The kernel rewrote what it filled: aim again next time.
         self.aimed = None;
         self.segs.clear();
-        let mut merged = false;
+        let mut merged = 0usize;
         for i in 0..got as usize {
             let h = &mut self.msgs[i];
             let (len, flags, clen) = (
@@ -527,11 +535,32 @@ impl UdpIo {
             h.msg_hdr.msg_controllen = CTRL_LEN;
             let rx = &mut self.rx[i];
             rx.read(len, flags, clen, raw, slab)?;
-            merged |= rx.payload > rx.seg_size;
+            if rx.payload > rx.seg_size {
+                merged = merged.max(rx.payload.div_ceil(rx.seg_size));
+            }
             rx.segments(i, &mut self.segs);
         }
-        self.merging = merged && (self.gro || raw);
+        self.note_merges(merged, raw);
         Ok(self.segs.len())
+    }
+
+    /// Plans one entry of many segments after a merged datagram, and goes
+    /// back to one packet per entry only after 64 batches in a row without
+    /// one (a sender that merges now and then should not flip the plan).
+    fn note_merges(&mut self, merged: usize, raw: bool) {
+        if merged > 0 && (self.gro || raw) {
+            self.merging = true;
+            self.unmerged_batches = 0;
+            // The largest merge lately: a new maximum at once, a smaller
+            // one over time.
+            self.merged_max = merged.max(self.merged_max - self.merged_max / 8);
+        } else if self.merging {
+            self.unmerged_batches += 1;
+            if self.unmerged_batches >= 64 {
+                self.merging = false;
+                self.merged_max = 0;
+            }
+        }
     }
 
     /// Segment `i` of the last batch: its bytes (for a segment that landed

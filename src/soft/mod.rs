@@ -289,7 +289,11 @@ impl SoftBackend {
             return Ok(());
         }
         batch.reply_port = Some(self.io.datagram(i).1.port());
-        let verdict = link.resp.on_packet(&req.bth, req.imm, req.payload_len);
+        // A payload that landed at the start of a posted slot stays there.
+        let landed = req.landed.filter(|l| l.offset == 0).map(|l| l.slot);
+        let verdict = link
+            .resp
+            .on_packet_in(&req.bth, req.imm, req.payload_len, landed);
         if let Some(r) = link.resp.take_restart() {
             // The open message (if any) was discarded with the old stream.
             self.planner.discard_message();

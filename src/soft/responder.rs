@@ -33,6 +33,9 @@ use std::collections::VecDeque;
 
 use crate::wire::{psn, Bth, Opcode, Syndrome, ACK_UNLIMITED};
 
+/// How deep in the free list a landed slot is looked for.
+const PREFER_DEPTH: usize = 512;
+
 /// Responder settings.
 #[derive(Debug, Clone, Copy)]
 pub struct ResponderConfig {
@@ -297,17 +300,41 @@ impl Responder {
     /// check_op_valid -> check_length -> check_resource -> execute ->
     /// complete -> acknowledge; a stage that rejects the packet returns why.
     pub fn on_packet(&mut self, bth: &Bth, imm: Option<u32>, payload_len: usize) -> Verdict {
-        match self.receive(bth, imm, payload_len as u32) {
+        self.on_packet_in(bth, imm, payload_len, None)
+    }
+
+    /// [`Responder::on_packet`] for a packet whose payload already sits at
+    /// the start of posted slot `landed`: a message start takes that slot
+    /// (if it is posted) instead of the next in posting order, so a payload
+    /// the socket wrote straight into a slot stays there. Which posted slot
+    /// a message fills is the receiver's choice; completions name it.
+    pub fn on_packet_in(
+        &mut self,
+        bth: &Bth,
+        imm: Option<u32>,
+        payload_len: usize,
+        landed: Option<u32>,
+    ) -> Verdict {
+        match self.receive(bth, imm, payload_len as u32, landed) {
             Ok(v) => v,
             Err(why) => Verdict::Drop(why),
         }
     }
 
-    fn receive(&mut self, bth: &Bth, imm: Option<u32>, len: u32) -> Result<Verdict, DropReason> {
+    fn receive(
+        &mut self,
+        bth: &Bth,
+        imm: Option<u32>,
+        len: u32,
+        landed: Option<u32>,
+    ) -> Result<Verdict, DropReason> {
         self.check_qp(bth)?;
         self.check_psn(bth)?;
         self.check_op(bth)?;
         self.check_length(bth, len)?;
+        if self.partial.is_none() {
+            self.prefer(landed);
+        }
         let (slot, offset) = self.check_resource(bth)?;
         if offset + len > self.cfg.slot_size {
             return Err(self.invalid(bth, DropReason::BadLength));
@@ -420,6 +447,21 @@ impl Responder {
             return Err(self.invalid(bth, DropReason::BadLength));
         }
         Ok(())
+    }
+
+    /// Moves posted slot `landed` to the front of the free list (looking a
+    /// window's worth deep: a landing guess is never further off).
+    fn prefer(&mut self, landed: Option<u32>) {
+        let Some(s) = landed else {
+            return;
+        };
+        if self.free.front() == Some(&s) {
+            return;
+        }
+        if let Some(at) = self.free.iter().take(PREFER_DEPTH).position(|&f| f == s) {
+            self.free.remove(at);
+            self.free.push_front(s);
+        }
     }
 
     /// Where the payload goes: the open message's slot, or a posted slot

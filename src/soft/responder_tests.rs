@@ -622,3 +622,41 @@ fn a_restart_discards_the_open_message_and_returns_its_slot() {
     );
     assert_eq!(r.partial(), None);
 }
+
+#[test]
+fn a_message_start_takes_the_posted_slot_its_payload_landed_in() {
+    let mut r = resp(0, 4);
+    let place = |v: Verdict| match v {
+        Verdict::Place { slot, offset, .. } => (slot, offset),
+        v => panic!("{v:?}"),
+    };
+    // Landed in posted slot 2: it stays there; the others keep their order.
+    assert_eq!(
+        place(r.on_packet_in(&pkt(Opcode::SendOnlyImm, 0), Some(1), 10, Some(2))),
+        (2, 0)
+    );
+    assert_eq!(r.free_slots().collect::<Vec<_>>(), [0, 1, 3]);
+    // A slot that is not posted (loaned, or never posted) is not taken.
+    assert_eq!(
+        place(r.on_packet_in(&pkt(Opcode::SendOnlyImm, 1), Some(2), 10, Some(2))),
+        (0, 0)
+    );
+    assert_eq!(
+        place(r.on_packet_in(&pkt(Opcode::SendOnlyImm, 2), Some(3), 10, Some(9))),
+        (1, 0)
+    );
+    // A continuation stays in its message's slot, whatever it landed in.
+    assert_eq!(
+        place(r.on_packet_in(&pkt(Opcode::SendFirst, 3), None, PMTU as usize, Some(3))),
+        (3, 0)
+    );
+    r.post(7);
+    assert_eq!(
+        place(r.on_packet_in(&pkt(Opcode::SendLastImm, 4), Some(4), 5, Some(7))),
+        (3, PMTU)
+    );
+    // Only an accepted packet moves a slot: a duplicate does not.
+    r.post(8);
+    r.on_packet_in(&pkt(Opcode::SendOnlyImm, 0), Some(1), 10, Some(8));
+    assert_eq!(r.free_slots().collect::<Vec<_>>(), [7, 8]);
+}

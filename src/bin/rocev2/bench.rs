@@ -1,9 +1,9 @@
 //! `rocev2 bench`: benchmarks, each against a reference measured in the
-//! same run.
+//! same run, each figure the min / median / max of three runs.
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use rocev2::bench::*;
 use rocev2::wire::{Opcode, Packet};
 
@@ -13,110 +13,307 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 
 /// Benchmarks, each against a reference measured in the same run
 ///
-/// Soft end-to-end vs the raw loopback UDP ceiling (1024/4096/8192 B),
-/// server-core dispatch cost, ICRC vs raw CRC-32.
+/// The loopback UDP ceilings (plain recvmmsg, GSO into GRO), soft
+/// end-to-end at 1/4/8 KiB against the recvmmsg ceiling (and with every
+/// received ICRC checked against the unchecked run), ACKs per frame at
+/// surf's window, the server thread paced at 10 and 25 GbE rates,
+/// server-core dispatch, ICRC vs raw CRC-32. Three runs each: min / median
+/// / max.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct BenchArgs {
     /// Frames per end-to-end run
     #[arg(long, value_name = "N", default_value = "200000", value_parser = num::<u64>(1, u64::MAX))]
     frames: u64,
-    /// Length of each UDP ceiling run
+    /// Length of each UDP ceiling run and of each paced run
     #[arg(long, value_name = "S", default_value = "1", value_parser = args::seconds)]
     seconds: f64,
+    /// Which rows (default: all)
+    #[arg(long, value_name = "ROWS", value_delimiter = ',')]
+    rows: Vec<Row>,
+}
+
+/// The bench's row groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Row {
+    /// UDP ceilings: plain recvmmsg and GSO into GRO
+    Ceilings,
+    /// soft end-to-end at 1/4/8 KiB vs the recvmmsg ceiling
+    E2e,
+    /// soft end-to-end with every received ICRC checked vs unchecked (CAP_NET_RAW)
+    IcrcE2e,
+    /// ACKs per frame with the emulator at surf's window of 4
+    Acks,
+    /// the server thread paced at 290k and 750k frames/s of 4 KiB
+    Paced,
+    /// server-core dispatch cost
+    Dispatch,
+    /// ICRC vs raw CRC-32
+    Icrc,
+}
+
+const RUNS: usize = 3;
+
+/// Three figures' min / median / max.
+fn mmm(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[0], v[v.len() / 2], v[v.len() - 1])
+}
+
+fn row(figure: &str, value: &str, reference: &str, r: (f64, f64, f64), goal: &str) {
+    println!(
+        "{figure:<42} {value:>28} {reference:>30} {:>16} {goal:>9}",
+        format!("{:.2}/{:.2}/{:.2}", r.0, r.1, r.2)
+    );
+}
+
+fn note(text: &str) {
+    println!("{:<42} {text}", "");
 }
 
 pub fn run(a: BenchArgs) -> Outcome {
-    let frames = a.frames;
+    let rows = if a.rows.is_empty() {
+        Row::value_variants().to_vec()
+    } else {
+        a.rows.clone()
+    };
     let secs = Duration::from_secs_f64(a.seconds);
-    let e = lib_err(&[]);
     println!(
-        "rocev2 bench ({} CPUs; every ratio is against a reference measured in this run)",
+        "rocev2 bench ({} CPUs, load {}; {RUNS} runs each: min/median/max; every ratio is \
+         against a reference measured in this run)",
         std::thread::available_parallelism()
             .map(|n| n.get())
-            .unwrap_or(1)
+            .unwrap_or(1),
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_else(|| "?".into())
     );
     println!(
-        "{:<44} {:>26} {:>34} {:>7} {:>7}",
-        "figure", "value", "reference", "ratio", "goal"
+        "{:<42} {:>28} {:>30} {:>16} {:>9}",
+        "figure", "value (median)", "reference (median)", "ratio", "goal"
     );
-    // Received ICRCs: unchecked rows (UDP socket), plus one row verifying
-    // every received ICRC by raw capture where this process may (CAP_NET_RAW).
-    let raw_ok = rocev2::soft::raw_capture_allowed();
-    let mut rows = vec![
-        (1024usize, rocev2::IcrcCheck::Off),
-        (4096, rocev2::IcrcCheck::Off),
-        (8192, rocev2::IcrcCheck::Off),
-    ];
-    if raw_ok {
-        rows.push((4096, rocev2::IcrcCheck::Require));
+    for r in rows {
+        match r {
+            Row::Ceilings => ceilings(secs)?,
+            Row::E2e => e2e_rows(a.frames, secs)?,
+            Row::IcrcE2e => icrc_e2e_rows(a.frames)?,
+            Row::Acks => acks_row(a.frames)?,
+            Row::Paced => paced_rows(a.seconds)?,
+            Row::Dispatch => dispatch_row(a.frames)?,
+            Row::Icrc => icrc_row(),
+        }
     }
-    for (size, icrc) in rows {
-        e2e_row(size, icrc, frames, secs)?;
-    }
-    if !raw_ok {
-        println!("(no CAP_NET_RAW: the row with received ICRCs checked by raw capture is skipped)");
-    }
-    let ns = dispatch_ns_per_frame(frames.max(1_000_000), 256).map_err(&e)?;
-    println!(
-        "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
-        "server-core dispatch (in-memory completions)",
-        format!("{ns:.1} ns/frame"),
-        "goal 50 ns/frame",
-        ns / 50.0,
-        "<=1.0"
-    );
-    let (icrc, raw) = icrc_vs_raw_crc(4096, 200_000);
-    println!(
-        "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
-        "ICRC over 4 KiB SEND packets",
-        format!("{icrc:.2} GB/s"),
-        format!("crc32fast raw: {raw:.2} GB/s"),
-        icrc / raw,
-        ">=0.9"
-    );
     Ok(Exit::Ok)
 }
 
-/// One end-to-end row: three (run, UDP reference) pairs, the median ratio.
-fn e2e_row(size: usize, icrc: rocev2::IcrcCheck, frames: u64, secs: Duration) -> Result<(), Fail> {
+/// The datagram a frame of `size` travels in (one per pmtu of 4096).
+fn datagram(size: usize) -> usize {
+    Packet::wire_len(Opcode::SendOnlyImm, size.min(4096))
+}
+
+fn ceilings(secs: Duration) -> Result<(), Fail> {
     let e = lib_err(&[]);
-    // Three alternating pairs (run, reference); the median ratio is shown
-    // with the pair it came from, so one noisy moment does not decide.
-    let pkts = size.div_ceil(4096) as f64;
-    let dg = Packet::wire_len(Opcode::SendOnlyImm, size.min(4096));
-    let mut pairs = Vec::new();
-    for _ in 0..3 {
-        let r = soft_end_to_end(size, frames, rocev2::Mtu::Mtu4096, 256, icrc).map_err(&e)?;
-        let c = udp_ceiling(dg, secs).map_err(&e)?;
-        pairs.push((r.per_sec * pkts / c.per_sec, r, c));
+    for size in [1024usize, 4096] {
+        let dg = datagram(size);
+        let (mut plain, mut gro) = (Vec::new(), Vec::new());
+        for _ in 0..RUNS {
+            plain.push(udp_ceiling(dg, secs).map_err(&e)?);
+            gro.push(gso_gro_ceiling(dg, secs).map_err(&e)?);
+        }
+        let ratio = mmm(plain
+            .iter()
+            .zip(&gro)
+            .map(|(p, g)| g.per_sec / p.per_sec)
+            .collect());
+        let med = |v: &[Rate]| mmm(v.iter().map(|r| r.per_sec).collect()).1;
+        row(
+            &format!("UDP ceiling, GSO into GRO, {dg} B"),
+            &format!("{:.0} dg/s", med(&gro)),
+            &format!("recvmmsg: {:.0} dg/s", med(&plain)),
+            ratio,
+            "",
+        );
     }
-    pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (ratio, r, c) = pairs[1];
-    let rx = if icrc == rocev2::IcrcCheck::Off {
-        ""
-    } else {
-        ", rx ICRC checked"
-    };
-    println!(
-        "{:<44} {:>26} {:>34} {:>7.2} {:>7}",
-        format!("soft e2e, {size} B frames{rx}"),
-        format!("{:.2} Gbit/s {:.0} f/s", r.gbit, r.per_sec),
-        format!("UDP {dg} B: {:.2} Gbit/s {:.0} dg/s", c.gbit, c.per_sec),
-        ratio,
-        ">=0.8"
+    Ok(())
+}
+
+fn e2e_rows(frames: u64, secs: Duration) -> Result<(), Fail> {
+    let e = lib_err(&[]);
+    for (size, goal) in [(1024usize, 1.5), (4096, 1.8), (8192, 1.5)] {
+        let dg = datagram(size);
+        let pkts = size.div_ceil(4096) as f64;
+        let mut runs = Vec::new();
+        for _ in 0..RUNS {
+            let r = soft_end_to_end(E2eSetup::new(size, frames)).map_err(&e)?;
+            let c = udp_ceiling(dg, secs).map_err(&e)?;
+            runs.push((r.rate.per_sec * pkts / c.per_sec, r, c));
+        }
+        let ratio = mmm(runs.iter().map(|p| p.0).collect());
+        let mid = runs
+            .iter()
+            .find(|p| p.0 == ratio.1)
+            .expect("the median run");
+        row(
+            &format!("soft e2e, {size} B frames"),
+            &format!(
+                "{:.2} Gbit/s {:.0} f/s",
+                mid.1.rate.gbit, mid.1.rate.per_sec
+            ),
+            &format!("recvmmsg {dg} B: {:.0} dg/s", mid.2.per_sec),
+            ratio,
+            &format!(">={goal}"),
+        );
+        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()));
+    }
+    Ok(())
+}
+
+/// The server thread's figures over runs: busy ns per frame, ACKs and
+/// copies per frame.
+fn server_line(runs: &[E2e]) -> String {
+    let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
+    let acks = mmm(runs.iter().map(|r| r.acks_per_frame).collect());
+    let copied = mmm(runs.iter().map(|r| r.copied_per_frame).collect());
+    format!(
+        "server thread CPU {:.0}/{:.0}/{:.0} ns/frame (spinning included); {:.3} ACKs/frame, {:.3} copies/frame (medians)",
+        busy.0, busy.1, busy.2, acks.1, copied.1
+    )
+}
+
+fn icrc_e2e_rows(frames: u64) -> Result<(), Fail> {
+    let e = lib_err(&[]);
+    if !rocev2::soft::raw_capture_allowed() {
+        println!(
+            "(no CAP_NET_RAW: the rows with received ICRCs checked by raw capture are skipped)"
+        );
+        return Ok(());
+    }
+    for size in [1024usize, 4096, 8192] {
+        let mut runs = Vec::new();
+        for _ in 0..RUNS {
+            let checked = E2eSetup {
+                icrc: rocev2::IcrcCheck::Require,
+                ..E2eSetup::new(size, frames)
+            };
+            let c = soft_end_to_end(checked).map_err(&e)?;
+            let u = soft_end_to_end(E2eSetup::new(size, frames)).map_err(&e)?;
+            runs.push((c.rate.per_sec / u.rate.per_sec, c, u));
+        }
+        let ratio = mmm(runs.iter().map(|p| p.0).collect());
+        let mid = runs
+            .iter()
+            .find(|p| p.0 == ratio.1)
+            .expect("the median run");
+        row(
+            &format!("soft e2e, {size} B frames, rx ICRC checked"),
+            &format!(
+                "{:.2} Gbit/s {:.0} f/s",
+                mid.1.rate.gbit, mid.1.rate.per_sec
+            ),
+            &format!("unchecked: {:.0} f/s", mid.2.rate.per_sec),
+            ratio,
+            ">=0.9",
+        );
+        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()));
+    }
+    Ok(())
+}
+
+fn acks_row(frames: u64) -> Result<(), Fail> {
+    let e = lib_err(&[]);
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let s = E2eSetup {
+            window: 4,
+            ..E2eSetup::new(4096, frames)
+        };
+        runs.push(soft_end_to_end(s).map_err(&e)?);
+    }
+    let acks = mmm(runs.iter().map(|r| r.acks_per_frame).collect());
+    let stalls: u64 = runs.iter().map(|r| r.retransmits).sum();
+    row(
+        "ACKs per frame, 4096 B, surf's window (4)",
+        &format!("{:.3} ACKs/frame", acks.1),
+        "one per 4 messages: 0.25",
+        (acks.0 / 0.25, acks.1 / 0.25, acks.2 / 0.25),
+        "<=1.0",
     );
-    println!(
-        "{:<44} {:>26}",
-        "",
-        format!(
-            "(3 runs: {})",
-            pairs
-                .iter()
-                .map(|p| format!("{:.2}", p.0))
-                .collect::<Vec<_>>()
-                .join(" ")
-        )
+    note(&format!(
+        "{stalls} emulator retransmits in {RUNS} runs (a stalled window would time out)"
+    ));
+    Ok(())
+}
+
+fn paced_rows(seconds: f64) -> Result<(), Fail> {
+    let e = lib_err(&[]);
+    for (rate, gbe, goal) in [(290_000.0, 10, "<=35% CPU"), (750_000.0, 25, "<=700 ns")] {
+        let mut runs = Vec::new();
+        for _ in 0..RUNS {
+            let s = E2eSetup {
+                rate: Some(rate),
+                ..E2eSetup::new(4096, (rate * seconds) as u64)
+            };
+            runs.push(soft_end_to_end(s).map_err(&e)?);
+        }
+        let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
+        let cpu = mmm(runs.iter().map(|r| r.cpu * 100.0).collect());
+        let got = mmm(runs.iter().map(|r| r.rate.per_sec).collect());
+        let lossless = runs
+            .iter()
+            .filter(|r| {
+                r.retransmits + r.naks + r.socket_drops == 0 && r.rate.per_sec >= rate * 0.97
+            })
+            .count();
+        let ratio = if gbe == 10 {
+            (cpu.0 / 35.0, cpu.1 / 35.0, cpu.2 / 35.0)
+        } else {
+            (busy.0 / 700.0, busy.1 / 700.0, busy.2 / 700.0)
+        };
+        row(
+            &format!("server paced {:.0}k f/s ({gbe} GbE), 4096 B", rate / 1000.0),
+            &format!("{:.0} ns/frame, {:.0}% CPU", busy.1, cpu.1),
+            &format!("{:.0} f/s arrived", got.1),
+            ratio,
+            goal,
+        );
+        note(&format!(
+            "CPU {:.0}/{:.0}/{:.0}%; loss-free (no resend, NAK or socket drop, >=97% of the rate) in {lossless} of {RUNS} runs",
+            cpu.0, cpu.1, cpu.2
+        ));
+    }
+    Ok(())
+}
+
+fn dispatch_row(frames: u64) -> Result<(), Fail> {
+    let e = lib_err(&[]);
+    let mut ns = Vec::new();
+    for _ in 0..RUNS {
+        ns.push(dispatch_ns_per_frame(frames.max(1_000_000), 256).map_err(&e)?);
+    }
+    let r = mmm(ns);
+    row(
+        "server-core dispatch (in-memory completions)",
+        &format!("{:.1} ns/frame", r.1),
+        "goal 25 ns/frame",
+        (r.0 / 25.0, r.1 / 25.0, r.2 / 25.0),
+        "<=1.0",
     );
     Ok(())
+}
+
+fn icrc_row() {
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        runs.push(icrc_vs_raw_crc(4096, 200_000));
+    }
+    let r = mmm(runs.iter().map(|(i, c)| i / c).collect());
+    let med = |f: fn(&(f64, f64)) -> f64| mmm(runs.iter().map(f).collect()).1;
+    row(
+        "ICRC over 4 KiB SEND packets",
+        &format!("{:.2} GB/s", med(|p| p.0)),
+        &format!("crc32fast raw: {:.2} GB/s", med(|p| p.1)),
+        r,
+        ">=0.93",
+    );
 }
