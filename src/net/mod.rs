@@ -120,6 +120,8 @@ pub struct UdpIo {
     // Segments of the largest merged datagram lately; batches since one.
     merged_max: usize,
     unmerged_batches: u32,
+    // Merged datagrams lately began with a packet that continues a message.
+    split_mid: bool,
     // Raw mode: idle polls, to look at the UDP socket now and then.
     fallback_ticks: u32,
     // sendmmsg scratch, kept so sending does not allocate.
@@ -216,6 +218,7 @@ impl UdpIo {
             merging: false,
             merged_max: 0,
             unmerged_batches: 0,
+            split_mid: false,
             fallback_ticks: 0,
             tx_names: Vec::new(),
             tx_ctrl: Vec::new(),

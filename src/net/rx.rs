@@ -457,12 +457,21 @@ impl UdpIo {
         let prefix = if raw { RAW_PREFIX } else { 0 };
         let per_msg = self.per_entry();
         let msgs = self.rx.len();
-        let mut next = plan.iter();
+        let mut next = plan.iter().peekable();
         let mut ranges = std::mem::take(&mut self.ranges);
+        let split_mid = self.split_mid;
         for (rx, m) in self.rx.iter_mut().zip(self.msgs.iter_mut()).take(msgs) {
             ranges.clear();
             if let Some(slab) = slab {
-                for l in next.by_ref().take(per_msg) {
+                while ranges.len() < per_msg {
+                    // Merged datagrams lately began mid-message (a NIC's GRO
+                    // merges a LAST with the next FIRST, which is shorter):
+                    // each entry does too.
+                    match next.peek() {
+                        Some(l) if !(split_mid && !ranges.is_empty() && l.offset > 0) => {}
+                        _ => break,
+                    }
+                    let Some(l) = next.next() else { break };
                     let fits = l.head as usize <= CHUNK - RAW_PREFIX - 8 && l.expect <= l.len;
                     match fits
                         .then(|| slab.receive_region(l.slot, l.offset, l.len))
@@ -560,6 +569,17 @@ impl UdpIo {
                 self.merging = false;
                 self.merged_max = 0;
             }
+        }
+    }
+
+    /// The receiver placed segment `i` as a message start (`continuation`
+    /// false) or further in a message: when it began a merged datagram,
+    /// that is where entries are planned to begin from now on.
+    pub(crate) fn note_placed(&mut self, i: usize, continuation: bool) {
+        let s = self.segs[i];
+        let rx = &self.rx[s.msg as usize];
+        if s.k == 0 && rx.payload > rx.seg_size {
+            self.split_mid = continuation;
         }
     }
 

@@ -302,6 +302,7 @@ impl SoftBackend {
         match verdict {
             Verdict::Place { slot, offset, done } => {
                 self.place(batch, i, req.landed, slot, offset)?;
+                self.io.note_placed(i, offset > 0);
                 let head = req.bth.opcode.header_len() as u32;
                 let len = req.payload_len as u32;
                 self.planner.learn(offset, head, len, done.is_some());
