@@ -411,6 +411,41 @@ mod differential {
         res
     }
 
+    impl Rig {
+        /// Sends `pkts` as UDP GSO datagrams of equal-length runs, segment
+        /// k sealed for IP ID k.
+        fn send_merged(&mut self, pkts: &[(Opcode, u32, Option<u32>, Vec<u8>)]) {
+            let from = self.fpga.local_addr().unwrap();
+            let mut bufs: Vec<Vec<u8>> = pkts
+                .iter()
+                .map(|(op, psn, imm, data)| {
+                    let mut bth = Bth::new(*op, self.qpn(), *psn);
+                    bth.ack_req = op.ends_message();
+                    let mut buf = vec![0u8; Packet::wire_len(*op, data.len())];
+                    wire::emit(&bth, *imm, None, data, &mut buf);
+                    buf
+                })
+                .collect();
+            let mut runs = Vec::new();
+            crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
+            for &(first, count) in &runs {
+                for k in 0..count {
+                    let ctx = Ipv4Udp {
+                        src: *from.ip(),
+                        dst: *self.to.ip(),
+                        ip_id: k as u16,
+                        dont_fragment: true,
+                        src_port: from.port(),
+                        dst_port: self.to.port(),
+                    };
+                    ctx.seal(&mut bufs[first + k]);
+                }
+            }
+            let sent = self.fpga.send_segmented(self.to, &bufs, 0, &runs).unwrap();
+            assert_eq!(sent, bufs.len());
+        }
+    }
+
     /// The model: completions (slot, len, imm) and each completed slot's bytes.
     fn model(pkts: &[(Opcode, u32, Option<u32>, Vec<u8>)], qpn: u32) -> Vec<(u32, Vec<u8>, u32)> {
         let mut r = Responder::new(
@@ -461,12 +496,19 @@ mod differential {
             sizes in proptest::collection::vec(
                 prop_oneof![1usize..=256, Just(256usize), 257usize..=1024, Just(768usize)], 1..12),
             faults in proptest::collection::vec(fault(), 0..48),
+            merged in any::<bool>(),
         ) {
             let mut r = rig(SLOTS, SLOT, 1);
             let pkts = packets(&sizes, &faults);
             let want = model(&pkts, r.qpn());
-            for (op, psn, imm, data) in &pkts {
-                r.send_at(*op, *psn, *imm, data);
+            if merged {
+                // Runs of equal packets as UDP GSO datagrams: the receiver
+                // gets them merged (GRO) and splits them.
+                r.send_merged(&pkts);
+            } else {
+                for (op, psn, imm, data) in &pkts {
+                    r.send_at(*op, *psn, *imm, data);
+                }
             }
             // Everything is queued on the socket: poll until it is drained.
             let mut got = Vec::new();
