@@ -529,8 +529,12 @@ impl UdpIo {
                 _ => Err(Error::io("recvmmsg", e)),
             };
         }
-        // The kernel rewrote what it filled: aim again next time.
-        self.aimed = None;
+        // Scattered entries pointed into slots the batch now fills: aim
+        // again next time. Whole-datagram entries stay aimed (the kernel
+        // rewrote only their lengths and flags, restored below).
+        if self.rx[..got as usize].iter().any(|rx| rx.scattered) {
+            self.aimed = None;
+        }
         self.segs.clear();
         let mut merged = 0usize;
         for i in 0..got as usize {
