@@ -543,14 +543,11 @@ impl FpgaEmulator {
         timeout: Duration,
         progress: impl FnMut(u64),
     ) -> Result<()> {
-        self.stream_with(
-            frames,
-            |seq| pattern::make(seq, size),
-            channels,
-            queue,
-            timeout,
-            progress,
-        )
+        let fill = |seq: u64, buf: &mut Vec<u8>| {
+            buf.resize(size, 0);
+            pattern::fill(seq, buf);
+        };
+        self.stream_into(frames, fill, channels, queue, timeout, progress)
     }
 
     /// Like [`FpgaEmulator::stream`] with frame payloads from `payload(seq)`.

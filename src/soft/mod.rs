@@ -49,6 +49,11 @@ use crate::wire::{Aeth, Bth, Headers, Opcode, Packet, MASK_24};
 use landing::{Planner, Targets};
 use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Restart, Verdict};
 
+/// AckReq packets (message ends) the responder ACKs at least every: surf's
+/// engine keeps at most 4 messages un-ACKed, so the host ACKs every 4
+/// messages and at the end of every receive batch.
+pub(crate) const ACK_EVERY: u32 = 4;
+
 /// True when this process may open the raw capture socket that checks
 /// received ICRCs (CAP_NET_RAW in its network namespace).
 pub fn raw_capture_allowed() -> bool {
@@ -568,7 +573,7 @@ impl Backend for SoftBackend {
                 pmtu: p.pmtu.bytes(),
                 slot_size: self.slab.slot_size(),
                 min_rnr_timer: p.min_rnr_timer.code() as u8,
-                ack_every: 4,
+                ack_every: ACK_EVERY,
             },
             p.fpga_rq_psn,
         );

@@ -86,7 +86,7 @@ fn responder(pmtu: u32, first_psn: u32) -> Responder {
             pmtu,
             slot_size: 3 * pmtu,
             min_rnr_timer: 1,
-            ack_every: 8,
+            ack_every: super::ACK_EVERY, // as SoftBackend::connect configures it
         },
         first_psn,
     )
