@@ -117,8 +117,10 @@ pub struct UdpIo {
     // to MAX_SEGS segments).
     gro: bool,
     merging: bool,
-    // Segments of the largest merged datagram lately; batches since one.
-    merged_max: usize,
+    // Segments per datagram lately (x16, averaged), the last batch's largest
+    // merge, batches since a merged one.
+    merge_avg16: usize,
+    merge_last: usize,
     unmerged_batches: u32,
     // Merged datagrams lately began with a packet that continues a message.
     split_mid: bool,
@@ -216,7 +218,8 @@ impl UdpIo {
             vlen: batch,
             gro: false,
             merging: false,
-            merged_max: 0,
+            merge_avg16: 16,
+            merge_last: 0,
             unmerged_batches: 0,
             split_mid: false,
             fallback_ticks: 0,

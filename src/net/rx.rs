@@ -382,13 +382,18 @@ impl UdpIo {
         self.per_entry() * self.rx.len()
     }
 
-    /// Segments planned per entry: the largest merge seen lately once
-    /// merged datagrams arrive (an entry that gets fewer leaves its last
-    /// landings unused; the next entry's packets still land in posted slots,
-    /// which the responder takes as they come), else one.
+    /// Segments planned per entry once merged datagrams arrive: the last
+    /// batch's largest merge, or a quarter more than the recent average
+    /// merge plus one if that is more (an entry that gets fewer leaves its
+    /// last landings unused: the next entry's packets still land in posted
+    /// slots, which the responder takes as they come; more than planned are
+    /// copied), else one. Planning far more than arrives would use the
+    /// posted slots up in the first entries and leave the rest of a batch of
+    /// small merges unplanned.
     fn per_entry(&self) -> usize {
         if self.merging {
-            self.merged_max.clamp(1, MAX_SEGS)
+            let avg = self.merge_avg16 * 5 / 64 + 1;
+            avg.max(self.merge_last).clamp(1, MAX_SEGS)
         } else {
             1
         }
@@ -548,9 +553,13 @@ impl UdpIo {
             h.msg_hdr.msg_controllen = CTRL_LEN;
             let rx = &mut self.rx[i];
             rx.read(len, flags, clen, raw, slab)?;
-            if rx.payload > rx.seg_size {
-                merged = merged.max(rx.payload.div_ceil(rx.seg_size));
+            let segs = rx.payload.div_ceil(rx.seg_size).max(1);
+            if segs > 1 {
+                merged = merged.max(segs);
             }
+            // Segments per datagram, averaged (x16, weight 1/8).
+            self.merge_avg16 += (segs * 16).saturating_sub(self.merge_avg16) / 8;
+            self.merge_avg16 -= self.merge_avg16.saturating_sub(segs * 16) / 8;
             rx.segments(i, &mut self.segs);
         }
         self.note_merges(merged, raw);
@@ -563,15 +572,12 @@ impl UdpIo {
     fn note_merges(&mut self, merged: usize, raw: bool) {
         if merged > 0 && (self.gro || raw) {
             self.merging = true;
+            self.merge_last = merged;
             self.unmerged_batches = 0;
-            // The largest merge lately: a new maximum at once, a smaller
-            // one over time.
-            self.merged_max = merged.max(self.merged_max - self.merged_max / 8);
         } else if self.merging {
             self.unmerged_batches += 1;
             if self.unmerged_batches >= 64 {
                 self.merging = false;
-                self.merged_max = 0;
             }
         }
     }

@@ -28,6 +28,11 @@ pub struct BenchArgs {
     /// Length of each UDP ceiling run and of each paced run
     #[arg(long, value_name = "S", default_value = "1", value_parser = args::seconds)]
     seconds: f64,
+    /// Messages the emulator keeps un-ACKed in the unpaced end-to-end rows:
+    /// a deep sender, so the rows measure the host, not a sender waiting for
+    /// ACKs (surf fc56630's engine keeps 4: the ACK row always uses 4)
+    #[arg(long, value_name = "MESSAGES", default_value = "64", value_parser = num::<usize>(1, 1024))]
+    window: usize,
     /// Which rows (default: all)
     #[arg(long, value_name = "ROWS", value_delimiter = ',')]
     rows: Vec<Row>,
@@ -96,8 +101,8 @@ pub fn run(a: BenchArgs) -> Outcome {
     for r in rows {
         match r {
             Row::Ceilings => ceilings(secs)?,
-            Row::E2e => e2e_rows(a.frames, secs)?,
-            Row::IcrcE2e => icrc_e2e_rows(a.frames)?,
+            Row::E2e => e2e_rows(a.frames, secs, a.window)?,
+            Row::IcrcE2e => icrc_e2e_rows(a.frames, a.window)?,
             Row::Acks => acks_row(a.frames)?,
             Row::Paced => paced_rows(a.seconds)?,
             Row::Dispatch => dispatch_row(a.frames)?,
@@ -138,14 +143,18 @@ fn ceilings(secs: Duration) -> Result<(), Fail> {
     Ok(())
 }
 
-fn e2e_rows(frames: u64, secs: Duration) -> Result<(), Fail> {
+fn e2e_rows(frames: u64, secs: Duration, window: usize) -> Result<(), Fail> {
     let e = lib_err(&[]);
     for (size, goal) in [(1024usize, 1.5), (4096, 1.8), (8192, 1.5)] {
         let dg = datagram(size);
         let pkts = size.div_ceil(4096) as f64;
         let mut runs = Vec::new();
         for _ in 0..RUNS {
-            let r = soft_end_to_end(E2eSetup::new(size, frames)).map_err(&e)?;
+            let s = E2eSetup {
+                window,
+                ..E2eSetup::new(size, frames)
+            };
+            let r = soft_end_to_end(s).map_err(&e)?;
             let c = udp_ceiling(dg, secs).map_err(&e)?;
             runs.push((r.rate.per_sec * pkts / c.per_sec, r, c));
         }
@@ -181,7 +190,7 @@ fn server_line(runs: &[E2e]) -> String {
     )
 }
 
-fn icrc_e2e_rows(frames: u64) -> Result<(), Fail> {
+fn icrc_e2e_rows(frames: u64, window: usize) -> Result<(), Fail> {
     let e = lib_err(&[]);
     if !rocev2::soft::raw_capture_allowed() {
         println!(
@@ -192,12 +201,16 @@ fn icrc_e2e_rows(frames: u64) -> Result<(), Fail> {
     for size in [1024usize, 4096, 8192] {
         let mut runs = Vec::new();
         for _ in 0..RUNS {
-            let checked = E2eSetup {
-                icrc: rocev2::IcrcCheck::Require,
+            let unchecked = E2eSetup {
+                window,
                 ..E2eSetup::new(size, frames)
             };
+            let checked = E2eSetup {
+                icrc: rocev2::IcrcCheck::Require,
+                ..unchecked
+            };
             let c = soft_end_to_end(checked).map_err(&e)?;
-            let u = soft_end_to_end(E2eSetup::new(size, frames)).map_err(&e)?;
+            let u = soft_end_to_end(unchecked).map_err(&e)?;
             runs.push((c.rate.per_sec / u.rate.per_sec, c, u));
         }
         let ratio = mmm(runs.iter().map(|p| p.0).collect());
