@@ -165,7 +165,7 @@ pub struct E2eSetup {
 
 impl E2eSetup {
     /// `frames` frames of `size` bytes, pmtu 4096, 256 slots, UDP socket,
-    /// a 16-message window, unpaced.
+    /// a 64-message window (a deep sender: the host is measured), unpaced.
     pub fn new(size: usize, frames: u64) -> E2eSetup {
         E2eSetup {
             size,
@@ -173,7 +173,7 @@ impl E2eSetup {
             pmtu: crate::config::Mtu::Mtu4096,
             depth: 256,
             icrc: crate::config::IcrcCheck::Off,
-            window: 16,
+            window: 64,
             rate: None,
         }
     }

@@ -94,8 +94,9 @@ pub struct EmulatorConfig {
     /// The first frame's sequence number in the pattern (a later run of a
     /// long test goes on where the last one stopped).
     pub first_seq: u64,
-    /// Frames per second at most (None: as fast as the window allows):
-    /// frame i is submitted no earlier than i / rate after the stream starts.
+    /// Frames per second at most (None: as fast as the window allows),
+    /// released every 20 us (a NIC's interrupt coalescing): frame i is
+    /// submitted no earlier than about i / rate after the stream starts.
     pub rate: Option<f64>,
     /// Send each burst of equal-size packets as one UDP GSO datagram
     /// (`UDP_SEGMENT`; the kernel or the NIC cuts it into the packets, with
@@ -182,6 +183,10 @@ impl Rng {
 /// ACKs read per recvmmsg.
 const RX_BATCH: usize = 64;
 
+/// The pacing granularity: a NIC's receive interrupt coalescing (typically
+/// 8-50 us) hands the host a link's packets in bursts of about this long.
+const PACE_TICK: Duration = Duration::from_micros(20);
+
 /// The pacing of a stream: how many frames are due.
 struct Pace {
     start: Instant,
@@ -195,10 +200,16 @@ impl Pace {
             rate: rate.filter(|r| *r > 0.0),
         }
     }
-    /// Frames due by now (all, unpaced).
+    /// Frames due by now (all, unpaced). Paced frames are released in
+    /// bursts of what the rate sends in [`PACE_TICK`], as a NIC's interrupt
+    /// coalescing hands a host the packets of a link at that rate.
     fn due(&self) -> u64 {
         match self.rate {
-            Some(r) => (self.start.elapsed().as_secs_f64() * r) as u64 + 1,
+            Some(r) => {
+                let tick = PACE_TICK.as_secs_f64();
+                let ticks = (self.start.elapsed().as_secs_f64() / tick) as u64 + 1;
+                (ticks as f64 * tick * r) as u64
+            }
             None => u64::MAX,
         }
     }

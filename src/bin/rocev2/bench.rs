@@ -104,7 +104,7 @@ pub fn run(a: BenchArgs) -> Outcome {
             Row::E2e => e2e_rows(a.frames, secs, a.window)?,
             Row::IcrcE2e => icrc_e2e_rows(a.frames, a.window)?,
             Row::Acks => acks_row(a.frames)?,
-            Row::Paced => paced_rows(a.seconds)?,
+            Row::Paced => paced_rows(a.seconds, a.window)?,
             Row::Dispatch => dispatch_row(a.frames)?,
             Row::Icrc => icrc_row(),
         }
@@ -258,13 +258,14 @@ fn acks_row(frames: u64) -> Result<(), Fail> {
     Ok(())
 }
 
-fn paced_rows(seconds: f64) -> Result<(), Fail> {
+fn paced_rows(seconds: f64, window: usize) -> Result<(), Fail> {
     let e = lib_err(&[]);
     for (rate, gbe, goal) in [(290_000.0, 10, "<=35% CPU"), (750_000.0, 25, "<=700 ns")] {
         let mut runs = Vec::new();
         for _ in 0..RUNS {
             let s = E2eSetup {
                 rate: Some(rate),
+                window,
                 ..E2eSetup::new(4096, (rate * seconds) as u64)
             };
             runs.push(soft_end_to_end(s).map_err(&e)?);
