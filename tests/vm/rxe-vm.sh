@@ -48,8 +48,10 @@ mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
 
-# What the VM needs from apt, and why. Nothing already installed is removed,
-# replaced or upgraded: apt-get runs with --no-remove on the missing packages only.
+# What the VM needs from apt, and why. Nothing already installed is removed or
+# replaced: apt-get runs with --no-remove on the missing packages only. What
+# they depend on may be upgraded (rdma-core pulls in udev, which upgrades
+# systemd's libraries on a fresh Debian 12 machine): README, set-up table.
 NEED="busybox-static cpio kmod xz-utils binutils iproute2 rdma-core ibverbs-providers"
 QEMU_DEBS="qemu-system-x86 qemu-system-common qemu-system-data seabios ipxe-qemu"
 missing_of() {

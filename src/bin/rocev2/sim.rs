@@ -63,6 +63,9 @@ pub struct FpgaSimArgs {
     /// The first frame's sequence number (the pattern's first 8 bytes), so a run can go on where another stopped (`recv --verify` checks the numbers)
     #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u64>(0, u64::MAX / 2))]
     first_seq: u64,
+    /// Frames per second at most, released every 20 us as a NIC's interrupt coalescing would (default: as fast as the window allows)
+    #[arg(long, value_name = "F/S", value_parser = num::<u64>(1, 100_000_000))]
+    rate: Option<u64>,
     /// Send one packet per datagram instead of bursts of equal packets as one UDP GSO datagram (UDP_SEGMENT; the kernel or NIC cuts them, segment k with IP ID k)
     #[arg(long)]
     no_gso: bool,
@@ -83,6 +86,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.restart_after = a.restart_after;
     cfg.first_seq = a.first_seq;
     cfg.gso = !a.no_gso;
+    cfg.rate = a.rate.map(|r| r as f64);
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
     eprintln!(
