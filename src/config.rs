@@ -307,9 +307,13 @@ pub struct ServerConfig {
     pub max_payload: u32,
     /// Number of receive slots, each a posted receive (default 256).
     pub rx_queue_depth: u32,
-    /// How long the receive thread busy-polls an empty completion queue before
-    /// it arms the completion channel and blocks, in microseconds (default 50;
-    /// 0 blocks at once: lowest CPU, highest wake-up latency).
+    /// The most the receive thread busy-polls an empty completion queue
+    /// before it arms the completion channel and blocks, in microseconds
+    /// (default 50; 0 blocks at once: lowest CPU, highest wake-up latency).
+    /// Below it the budget adapts: it doubles while the idle waits are
+    /// shorter than the work that follows them (the link keeps the thread at
+    /// least half busy) and halves down to 0 (block at once) while they are
+    /// longer (a paced, slow or idle link), so a slow link costs little CPU.
     pub spin_us: u32,
     /// How long `stop` waits for a frame callback that is still running before
     /// it detaches the receive thread instead of joining it, in milliseconds

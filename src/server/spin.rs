@@ -167,7 +167,11 @@ mod tests {
         let max = 50 * US;
         assert_eq!(next_budget(Duration::ZERO, 2 * US, 3 * US, max), US);
         assert_eq!(next_budget(US, 2 * US, 2 * US, max), 2 * US);
-        assert_eq!(next_budget(32 * US, Duration::ZERO, 3 * US, max), max, "capped");
+        assert_eq!(
+            next_budget(32 * US, Duration::ZERO, 3 * US, max),
+            max,
+            "capped"
+        );
         assert_eq!(next_budget(max, US, 3 * US, max), max);
     }
 
