@@ -310,10 +310,11 @@ pub struct ServerConfig {
     /// The most the receive thread busy-polls an empty completion queue
     /// before it arms the completion channel and blocks, in microseconds
     /// (default 50; 0 blocks at once: lowest CPU, highest wake-up latency).
-    /// Below it the budget adapts: it doubles while the idle waits are
-    /// shorter than the work that follows them (the link keeps the thread at
-    /// least half busy) and halves down to 0 (block at once) while they are
-    /// longer (a paced, slow or idle link), so a slow link costs little CPU.
+    /// Below it the budget adapts: the full budget while the idle waits are
+    /// no longer than the work that follows them (the link keeps the thread
+    /// at least half busy), halved down to 0 (block at once) while they are
+    /// longer (a paced, slow or idle link), with rare probes of the full
+    /// budget while blocking; so a slow link costs little CPU.
     pub spin_us: u32,
     /// How long `stop` waits for a frame callback that is still running before
     /// it detaches the receive thread instead of joining it, in milliseconds
