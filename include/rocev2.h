@@ -257,7 +257,7 @@ typedef struct {
   uint32_t rx_queue_depth;
   /**
    * Most the receive thread busy-polls before it blocks, microseconds (default 50; 0 never;
-   * adaptive below it: spins while packets keep it busy, blocks at once on a slow link).
+   * adaptive below it: spins while packets come within it, blocks at once on an idle or slow link).
    */
   uint32_t spin_us;
   /**

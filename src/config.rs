@@ -310,11 +310,11 @@ pub struct ServerConfig {
     /// The most the receive thread busy-polls an empty completion queue
     /// before it arms the completion channel and blocks, in microseconds
     /// (default 50; 0 blocks at once: lowest CPU, highest wake-up latency).
-    /// Below it the budget adapts: the full budget while the idle waits are
-    /// no longer than the work that follows them (the link keeps the thread
-    /// at least half busy), halved down to 0 (block at once) while they are
-    /// longer (a paced, slow or idle link), with rare probes of the full
-    /// budget while blocking; so a slow link costs little CPU.
+    /// Below it the budget adapts (as Linux KVM's halt polling): a spin that
+    /// finds the packet keeps it, a block that ends within `spin_us` doubles
+    /// it, a longer block halves it down to 0 (block at once); so an idle
+    /// link, or one slower than `spin_us` between packets, costs what
+    /// blocking costs instead of a spin per gap.
     pub spin_us: u32,
     /// How long `stop` waits for a frame callback that is still running before
     /// it detaches the receive thread instead of joining it, in milliseconds

@@ -2,29 +2,28 @@
 //! completion queue before it arms and blocks.
 //!
 //! A spin saves a park (arm, block, wake-up: microseconds of CPU and of
-//! latency, and on a window-limited sender a slower stream, as each side then
-//! waits for the other's wake-up) when the next packet comes soon; it wastes
-//! the spin when it does not. [`Budget`] judges each idle period (`wait`: the
-//! spin, plus the block if the spin missed) against the work it ended with
-//! (`busy`: the polls that found packets or completions until the next empty
-//! one):
+//! latency; on a window-limited sender, such as surf's engine waiting for
+//! ACKs, a slower stream) when the next packet comes within the spin; it
+//! wastes the spin when it does not. The budget adapts as Linux KVM's halt
+//! polling does (`virt/kvm/kvm_main.c`: `grow_halt_poll_ns`,
+//! `shrink_halt_poll_ns`), judging each idle period by how it ended:
 //!
-//! - `wait <= busy` (a success): the link keeps the thread at least half
-//!   busy, where a park's cost comes out of the thread's capacity: spin the
-//!   full budget (`spin_us`);
-//! - `wait > busy`: the thread has time to spare and the wait cost more than
-//!   the work it brought (a paced, slow or idle link): the budget halves, and
-//!   below 1 us it is 0: block at once;
-//! - while blocking at once, every `probe` parks the full budget is tried
-//!   again (blocking can itself hold the stream back: a sender that waits
-//!   for ACKs slows down while its receiver sleeps). A probe without a
-//!   success doubles the interval (16 parks up to 1024); a success resets it.
+//! - **a hit** (a spin found the packet): the budget stays;
+//! - **a miss that was short** (the spin ran out and the thread blocked, but
+//!   the packet came within `spin_us`: a longer spin would have caught it):
+//!   the budget doubles, from 1 us, up to `spin_us`;
+//! - **a miss that was long** (the block outlasted `spin_us`: an idle link,
+//!   or one slower than the budget can bridge): the budget halves, and below
+//!   1 us it is 0: block at once, until a short block grows it back.
 //!
-//! So a saturated or window-limited stream is polled without parking, a slow
-//! or idle link blocks after a few idle periods and spins only in rare,
-//! short probes. Spinning checks the clock every [`CLOCK_EVERY`] polls; the
-//! busy side reuses the clock read the loop makes anyway (`note_activity`).
-//! `spin_us` 0 never spins and tracks nothing.
+//! So a stream whose gaps the budget bridges is polled without parking
+//! (latency and a window-limited sender's pace kept), and an idle link, or a
+//! slow one (gaps beyond `spin_us`), costs what blocking costs after a few
+//! idle periods instead of a spin per gap. A wake-up by a release (no
+//! packet) does not end the idle period. Spinning reads the clock every
+//! [`CLOCK_EVERY`] empty polls; the end of an idle period reuses the clock
+//! read the loop makes anyway (`note_activity`). `spin_us` 0 never spins and
+//! reads no clock.
 
 use std::time::{Duration, Instant};
 
@@ -34,86 +33,27 @@ const MIN_SPIN: Duration = Duration::from_micros(1);
 /// Empty polls between clock reads while spinning.
 const CLOCK_EVERY: u32 = 4;
 
-/// Parks between probes, first and at most.
-const PROBE_MIN: u32 = 16;
-const PROBE_MAX: u32 = 1024;
-
-/// The spin budget and its rules, pure (no clock): see the module docs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Budget {
-    max: Duration,
-    budget: Duration,
-    /// Parks at budget 0 between probes.
-    probe: u32,
-    /// Parks at budget 0 since the last probe.
-    parks: u32,
-    /// A success since the budget last fell to 0.
-    won: bool,
-    /// A probe starts: the period that ends next is the block before it,
-    /// not judged.
-    probing: bool,
-}
-
-impl Budget {
-    /// At most `max`, starting there.
-    pub fn new(max: Duration) -> Budget {
-        Budget {
-            max,
-            budget: max,
-            probe: PROBE_MIN,
-            parks: 0,
-            won: true,
-            probing: false,
-        }
-    }
-
-    /// How long the next idle period spins (0: block at once).
-    pub fn get(&self) -> Duration {
-        self.budget
-    }
-
-    /// An idle period of `wait` ended with `busy` of work.
-    pub fn period(&mut self, wait: Duration, busy: Duration) {
-        if std::mem::replace(&mut self.probing, false) {
-            return;
-        }
-        if wait <= busy {
-            self.budget = self.max;
-            self.won = true;
-            self.probe = PROBE_MIN;
-        } else if self.budget / 2 >= MIN_SPIN {
-            self.budget /= 2;
-        } else if !self.budget.is_zero() {
-            self.budget = Duration::ZERO;
-            self.parks = 0;
-            if !std::mem::replace(&mut self.won, false) {
-                self.probe = (self.probe * 2).min(PROBE_MAX);
-            }
-        }
-    }
-
-    /// The loop parked; at budget 0, every `probe` parks a probe.
-    pub fn parked(&mut self) {
-        if self.budget.is_zero() {
-            self.parks += 1;
-            if self.parks >= self.probe {
-                self.budget = self.max;
-                self.probing = true;
-            }
-        }
+/// The budget after an idle period that lasted `wait` and ended in a spin
+/// (`spun`) or after a block, from `budget`, at most `max`.
+pub(super) fn next_budget(budget: Duration, wait: Duration, spun: bool, max: Duration) -> Duration {
+    if spun {
+        budget
+    } else if wait <= max {
+        (budget * 2).max(MIN_SPIN).min(max)
+    } else if budget / 2 < MIN_SPIN {
+        Duration::ZERO
+    } else {
+        budget / 2
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Working since `start` (None: not measured), after an idle period of `wait`.
-    Busy {
-        start: Option<Instant>,
-        wait: Duration,
-    },
+    /// Working (a poll found packets or completions).
+    Busy,
     /// Idle since `since`, spinning; `polls` empty polls so far.
     Spinning { since: Instant, polls: u32 },
-    /// Idle since `since` (None: not measured), the spin over: park.
+    /// Idle since `since` (None: not measured, at the start), parked.
     Parked { since: Option<Instant> },
 }
 
@@ -122,7 +62,8 @@ enum Phase {
 /// [`Spin::parked`] when it blocks.
 #[derive(Debug)]
 pub(super) struct Spin {
-    budget: Budget,
+    max: Duration,
+    budget: Duration,
     phase: Phase,
 }
 
@@ -130,8 +71,10 @@ impl Spin {
     /// Spinning at most `spin_us` microseconds (0: never), starting at the
     /// full budget.
     pub fn new(spin_us: u32) -> Spin {
+        let max = Duration::from_micros(spin_us as u64);
         Spin {
-            budget: Budget::new(Duration::from_micros(spin_us as u64)),
+            max,
+            budget: max,
             phase: Phase::Parked { since: None },
         }
     }
@@ -139,57 +82,51 @@ impl Spin {
     /// The budget the next idle period spins for.
     #[cfg(test)]
     pub fn budget(&self) -> Duration {
-        self.budget.get()
+        self.budget
     }
 
-    /// A poll found work at `now`.
+    /// A poll found work at `now`: the idle period (if any) ends.
     pub fn work(&mut self, now: Instant) {
-        let since = match self.phase {
-            Phase::Busy { .. } => return,
-            Phase::Spinning { since, .. } => Some(since),
-            Phase::Parked { since } => since,
+        let (since, spun) = match self.phase {
+            Phase::Busy => return,
+            Phase::Spinning { since, .. } => (Some(since), true),
+            Phase::Parked { since } => (since, false),
         };
-        self.phase = Phase::Busy {
-            start: since.map(|_| now),
-            wait: since.map_or(Duration::MAX, |s| now.saturating_duration_since(s)),
-        };
+        if let Some(since) = since {
+            let wait = now.saturating_duration_since(since);
+            self.budget = next_budget(self.budget, wait, spun, self.max);
+        }
+        self.phase = Phase::Busy;
     }
 
     /// A poll found nothing: true to poll again (spin), false to park.
     /// `clock` is read at the first empty poll and every few after it.
     pub fn idle(&mut self, clock: impl FnOnce() -> Instant) -> bool {
-        if self.budget.max.is_zero() {
+        if self.max.is_zero() {
             return false;
         }
         match self.phase {
-            Phase::Busy { start, wait } => {
-                let now = clock();
-                if let Some(start) = start {
-                    self.budget
-                        .period(wait, now.saturating_duration_since(start));
-                }
+            Phase::Busy => {
                 self.phase = Phase::Spinning {
-                    since: now,
+                    since: clock(),
                     polls: 0,
                 };
-                !self.budget.get().is_zero()
+                !self.budget.is_zero()
             }
             Phase::Spinning { since, polls } => {
                 let polls = polls.wrapping_add(1);
                 self.phase = Phase::Spinning { since, polls };
-                polls % CLOCK_EVERY != 0
-                    || clock().saturating_duration_since(since) < self.budget.get()
+                polls % CLOCK_EVERY != 0 || clock().saturating_duration_since(since) < self.budget
             }
             Phase::Parked { .. } => false,
         }
     }
 
-    /// The loop blocks (the spin is over until a poll finds work).
+    /// The loop blocks: the spin is over until a poll finds work.
     pub fn parked(&mut self) {
         if let Phase::Spinning { since, .. } = self.phase {
             self.phase = Phase::Parked { since: Some(since) };
         }
-        self.budget.parked();
     }
 }
 
@@ -199,79 +136,51 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
-    /// Drives `spin` through one idle period of `wait` (spinning while the
-    /// policy says so, parking otherwise) and a busy stretch of `busy`, from
-    /// `t`; returns whether it parked and the time after the busy stretch.
-    fn period(spin: &mut Spin, t: Instant, wait: Duration, busy: Duration) -> (bool, Instant) {
+    /// Drives `spin` through one idle period of `gap` (spinning while the
+    /// policy says so, parking otherwise), then one busy poll, from `t`;
+    /// returns whether it parked and the time after the busy poll.
+    fn period(spin: &mut Spin, t: Instant, gap: Duration) -> (bool, Instant) {
         let mut now = t;
-        let step = Duration::from_nanos(100);
         let mut parked = false;
-        while now < t + wait {
+        while now < t + gap {
             if !spin.idle(|| now) {
                 spin.parked();
                 parked = true;
-                now = t + wait;
+                now = t + gap;
                 break;
             }
-            now += step;
+            now += Duration::from_nanos(100);
         }
         spin.work(now);
-        (parked, now + busy)
+        (parked, now + US)
+    }
+
+    /// `n` idle periods of `gap` each; how many parked.
+    fn periods(spin: &mut Spin, t: &mut Instant, n: usize, gap: Duration) -> usize {
+        let mut parks = 0;
+        for _ in 0..n {
+            let (parked, next) = period(spin, *t, gap);
+            parks += parked as usize;
+            *t = next;
+        }
+        parks
     }
 
     #[test]
-    fn a_success_restores_the_full_budget() {
-        let mut b = Budget::new(50 * US);
-        b.period(3 * US, 2 * US);
-        assert_eq!(b.get(), 25 * US);
-        b.period(2 * US, 2 * US);
-        assert_eq!(b.get(), 50 * US, "wait <= busy");
-    }
-
-    #[test]
-    fn failures_halve_the_budget_down_to_blocking() {
-        let mut b = Budget::new(8 * US);
-        for want in [4, 2, 1, 0, 0] {
-            b.period(3 * US, 2 * US);
-            assert_eq!(b.get(), want * US);
-        }
-        assert_eq!(Budget::new(Duration::ZERO).get(), Duration::ZERO);
-    }
-
-    #[test]
-    fn blocking_probes_the_full_budget_ever_more_rarely_until_a_success() {
-        let mut b = Budget::new(2 * US);
-        let fail = |b: &mut Budget| {
-            while !b.get().is_zero() {
-                b.period(3 * US, 2 * US);
-            }
-        };
-        fail(&mut b);
-        // Parks until the probe: 16 after a success, then 32, 64, ... 1024.
-        for interval in [16, 32, 64, 128, 256, 512, 1024, 1024] {
-            for _ in 1..interval {
-                b.parked();
-                b.period(100 * US, US);
-                assert!(b.get().is_zero());
-            }
-            b.parked();
-            assert_eq!(b.get(), 2 * US, "probe after {interval} parks");
-            b.period(100 * US, US); // the block before the probe: not judged
-            assert_eq!(b.get(), 2 * US);
-            fail(&mut b);
-        }
-        // A probe that succeeds keeps spinning, and resets the interval.
-        for _ in 0..1024 {
-            b.parked();
-        }
-        b.period(100 * US, US);
-        b.period(US, 2 * US);
-        assert_eq!(b.get(), 2 * US);
-        fail(&mut b);
-        for _ in 0..16 {
-            b.parked();
-        }
-        assert_eq!(b.get(), 2 * US);
+    fn hits_keep_the_budget_short_misses_grow_it_long_ones_shrink_it() {
+        let max = 50 * US;
+        assert_eq!(next_budget(8 * US, 3 * US, true, max), 8 * US, "hit");
+        assert_eq!(
+            next_budget(8 * US, 20 * US, false, max),
+            16 * US,
+            "short miss"
+        );
+        assert_eq!(next_budget(Duration::ZERO, 9 * US, false, max), US);
+        assert_eq!(next_budget(32 * US, 50 * US, false, max), max, "capped");
+        assert_eq!(next_budget(max, 51 * US, false, max), 25 * US, "long miss");
+        assert_eq!(next_budget(US, 51 * US, false, max), Duration::ZERO);
+        let z = Duration::ZERO;
+        assert_eq!(next_budget(z, Duration::from_secs(1), false, max), z);
     }
 
     #[test]
@@ -283,77 +192,26 @@ mod tests {
             assert!(!s.idle(|| panic!("no clock read without spinning")));
             s.parked();
         }
-    }
-
-    #[test]
-    fn a_saturated_link_spins_at_the_full_budget() {
-        // Packets every 0.5 us, each taking 1 us of work: every spin hits.
-        let mut s = Spin::new(50);
-        let mut t = Instant::now();
-        s.work(t);
-        for _ in 0..100 {
-            let (parked, next) = period(&mut s, t, US / 2, US);
-            assert!(!parked);
-            t = next;
-        }
-        assert_eq!(s.budget(), 50 * US);
-    }
-
-    #[test]
-    fn a_paced_link_backs_off_to_blocking_with_rare_probes() {
-        // 290k frames/s: 3.4 us apart, 1.5 us of work each. The spins catch
-        // every packet, but each costs more than the work: block at once,
-        // spinning only in probes, ever more rarely.
-        let mut s = Spin::new(50);
-        let mut t = Instant::now();
-        s.work(t);
-        let mut parks = Vec::new();
-        for _ in 0..3000 {
-            let wait = Duration::from_nanos(1900);
-            let (parked, next) = period(&mut s, t, wait, Duration::from_nanos(1500));
-            parks.push(parked);
-            t = next;
-        }
-        assert!(parks[..3].iter().all(|p| !p), "spins first");
-        let spun = parks[1000..].iter().filter(|p| !**p).count();
-        assert!(spun <= 2000 / 100, "{spun} of 2000 periods spun");
-    }
-
-    #[test]
-    fn a_stream_that_flows_only_while_spinning_is_found_again_by_a_probe() {
-        // A window-limited sender: while the receiver spins, packets follow
-        // within 0.5 us and keep it busy 2 us; while it blocks, the sender
-        // waits for late ACKs (27 us idle, 1 us of work).
-        let mut s = Spin::new(50);
-        let mut t = Instant::now();
-        s.work(t);
-        // A hiccup drops the budget to 0.
-        for _ in 0..8 {
-            t = period(&mut s, t, 200 * US, US).1;
-        }
         assert_eq!(s.budget(), Duration::ZERO);
-        let mut tail = Vec::new();
-        for i in 0..200 {
-            let spinning = !s.budget().is_zero();
-            let (wait, busy) = if spinning {
-                (US / 2, 2 * US)
-            } else {
-                (27 * US, US)
-            };
-            let (parked, next) = period(&mut s, t, wait, busy);
-            if i >= 100 {
-                tail.push(parked);
-            }
-            t = next;
-        }
-        assert!(tail.iter().all(|p| !p), "spinning again: {tail:?}");
-        assert_eq!(s.budget(), 50 * US);
     }
 
     #[test]
-    fn an_idle_link_blocks_after_one_spin() {
+    fn a_stream_whose_gaps_the_budget_bridges_never_parks() {
+        // 290k frames/s (3.4 us apart) and a window-limited sender waiting
+        // 30 us for its ACKs alike: every spin hits.
+        for gap in [Duration::from_nanos(3400), 30 * US] {
+            let mut s = Spin::new(50);
+            let mut t = Instant::now();
+            s.work(t);
+            assert_eq!(periods(&mut s, &mut t, 1000, gap), 0, "{gap:?}");
+            assert_eq!(s.budget(), 50 * US);
+        }
+    }
+
+    #[test]
+    fn an_idle_link_spins_once_then_blocks_at_once() {
         let mut s = Spin::new(50);
-        let t = Instant::now();
+        let mut t = Instant::now();
         s.work(t);
         assert!(s.idle(|| t + US), "spins first");
         let mut polls = 0;
@@ -369,30 +227,39 @@ mod tests {
             !s.idle(|| panic!("no clock read while parked")),
             "parked until work"
         );
-        // The next packet after a long block: the budget halves.
-        s.work(t + Duration::from_secs(1));
-        assert!(s.idle(|| t + Duration::from_secs(1) + US));
-        assert_eq!(s.budget(), 25 * US);
+        t += Duration::from_secs(1);
+        s.work(t);
+        assert_eq!(s.budget(), 25 * US, "a long block halves the budget");
+        // Packets a second apart: 25, 12.5, 6.25, 3.1, 1.6 us, then none.
+        let parks = periods(&mut s, &mut t, 10, Duration::from_secs(1));
+        assert_eq!((parks, s.budget()), (10, Duration::ZERO));
     }
 
     #[test]
-    fn a_backlog_after_a_block_turns_spinning_back_on() {
+    fn a_link_slower_than_the_budget_blocks_at_once() {
+        // 5k frames/s: 200 us apart, beyond any spin.
         let mut s = Spin::new(50);
         let mut t = Instant::now();
         s.work(t);
-        // Slow: back to blocking.
-        for _ in 0..10 {
-            t = period(&mut s, t, 100 * US, US).1;
-        }
+        assert_eq!(periods(&mut s, &mut t, 100, 200 * US), 100);
         assert_eq!(s.budget(), Duration::ZERO);
-        // Fast again: each block (10 us) leaves a backlog of 20 us of work.
-        let mut parks = 0;
-        for _ in 0..10 {
-            let (parked, next) = period(&mut s, t, 10 * US, 20 * US);
-            parks += parked as u32;
-            t = next;
-        }
-        assert!(s.budget() >= 16 * US, "{:?}", s.budget());
-        assert!(parks < 10);
+        // At budget 0 the idle period is the block alone: no spin at all.
+        s.work(t);
+        assert!(!s.idle(|| t));
+    }
+
+    #[test]
+    fn short_blocks_grow_the_budget_back_until_spins_hit() {
+        let mut s = Spin::new(50);
+        let mut t = Instant::now();
+        s.work(t);
+        periods(&mut s, &mut t, 20, Duration::from_secs(1));
+        assert_eq!(s.budget(), Duration::ZERO);
+        // Packets 10 us apart again: blocks return within 50 us, the budget
+        // doubles (1, 2, 4, 8, 16 us) and the spins catch them from then on.
+        assert_eq!(periods(&mut s, &mut t, 5, 10 * US), 5);
+        assert_eq!(s.budget(), 16 * US);
+        assert_eq!(periods(&mut s, &mut t, 100, 10 * US), 0);
+        assert_eq!(s.budget(), 16 * US, "hits keep it");
     }
 }
