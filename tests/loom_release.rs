@@ -211,8 +211,10 @@ impl Core {
         let mut local = Vec::new();
         let mut reposted = Vec::new();
         while !self.stopping.load(Ordering::Acquire) {
-            while let Some(s) = self.releases.pop() {
-                reposted.push(s);
+            if !self.releases.is_empty() {
+                while let Some(s) = self.releases.pop() {
+                    reposted.push(s);
+                }
             }
             reposted.append(&mut local);
             if reposted.len() >= until {
