@@ -256,7 +256,8 @@ typedef struct {
    */
   uint32_t rx_queue_depth;
   /**
-   * Busy-poll budget of the receive thread before it blocks, microseconds (default 50).
+   * Most the receive thread busy-polls before it blocks, microseconds (default 50; 0 never;
+   * adaptive below it: spins while packets come within it, blocks at once on an idle or slow link).
    */
   uint32_t spin_us;
   /**

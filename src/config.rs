@@ -307,9 +307,14 @@ pub struct ServerConfig {
     pub max_payload: u32,
     /// Number of receive slots, each a posted receive (default 256).
     pub rx_queue_depth: u32,
-    /// How long the receive thread busy-polls an empty completion queue before
-    /// it arms the completion channel and blocks, in microseconds (default 50;
-    /// 0 blocks at once: lowest CPU, highest wake-up latency).
+    /// The most the receive thread busy-polls an empty completion queue
+    /// before it arms the completion channel and blocks, in microseconds
+    /// (default 50; 0 blocks at once: lowest CPU, highest wake-up latency).
+    /// Below it the budget adapts (as Linux KVM's halt polling): a spin that
+    /// finds the packet keeps it, a block that ends within `spin_us` doubles
+    /// it, a longer block halves it down to 0 (block at once); so an idle
+    /// link, or one slower than `spin_us` between packets, costs what
+    /// blocking costs instead of a spin per gap.
     pub spin_us: u32,
     /// How long `stop` waits for a frame callback that is still running before
     /// it detaches the receive thread instead of joining it, in milliseconds

@@ -9,8 +9,12 @@
 //! stamp, SeqCst loads of head and tail in `is_empty`; a lock there would
 //! order the two sides by itself and hide a missing fence), the `parked`
 //! flag with its SeqCst fences, the eventfd (a counter and a condvar: signal
-//! adds, drain clears, block waits for non-zero) and `stopping`. Change it
-//! with the code it models.
+//! adds, drain clears, block waits for non-zero) and `stopping`; and the
+//! receive thread's own release list (`server/release.rs`: a frame released
+//! inside the callback goes on a thread-private list, no ring, no fence, no
+//! wake; the loop takes it with the ring before it polls or parks, and
+//! leaves what is on it on the ring when it ends). Change it with the code
+//! it models.
 //!
 //! `RUSTFLAGS="--cfg loom" cargo test --release --test loom_release`
 //!
@@ -142,8 +146,16 @@ impl Core {
         Some(gen)
     }
 
-    /// ServerCore::release_loan (any thread).
+    /// ServerCore::release_loan from any thread but the receive thread's
+    /// callback (`end_loan`, then `queue_remote`).
     fn release(&self, slot: u32, gen: u32) -> bool {
+        self.release_on(slot, gen, None)
+    }
+
+    /// ServerCore::release_loan / release_frame: `local` is the receive
+    /// thread's own list when called on it (`push_local` succeeds), None
+    /// elsewhere.
+    fn release_on(&self, slot: u32, gen: u32, local: Option<&mut Vec<u32>>) -> bool {
         let ok = self.loans[slot as usize]
             .compare_exchange(
                 ((gen as u64) << 1) | 1,
@@ -155,12 +167,21 @@ impl Core {
         if !ok {
             return false;
         }
+        if let Some(local) = local {
+            local.push(slot);
+            return true;
+        }
+        self.queue_remote(slot);
+        true
+    }
+
+    /// ServerCore::queue_remote.
+    fn queue_remote(&self, slot: u32) {
         self.releases.push(slot);
         fence(Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
             self.wake.signal();
         }
-        true
     }
 
     /// ServerCore::stop's signalling half (the join is the test's).
@@ -173,13 +194,40 @@ impl Core {
     /// what was released, park when idle. Returns the slots it re-posted;
     /// ends at stop, or once `until` slots were re-posted.
     fn receive_loop(&self, until: usize) -> Vec<u32> {
+        self.receive_loop_with(until, Vec::new(), |_, _, _, _| {})
+    }
+
+    /// ServerCore::receive_loop (spin 0): `completions` are the slots the
+    /// backend completes, one per poll; each is loaned (`deliver`) and
+    /// handed to `callback` with the thread's own release list. The list
+    /// is taken with the ring (`repost_released`), and left on the ring
+    /// when the loop ends (`OwnThread::drop`).
+    fn receive_loop_with(
+        &self,
+        until: usize,
+        mut completions: Vec<u32>,
+        mut callback: impl FnMut(&Core, u32, u32, &mut Vec<u32>),
+    ) -> Vec<u32> {
+        let mut local = Vec::new();
         let mut reposted = Vec::new();
         while !self.stopping.load(Ordering::Acquire) {
-            while let Some(s) = self.releases.pop() {
-                reposted.push(s);
+            if !self.releases.is_empty() {
+                while let Some(s) = self.releases.pop() {
+                    reposted.push(s);
+                }
             }
+            reposted.append(&mut local);
             if reposted.len() >= until {
                 break;
+            }
+            if let Some(slot) = completions.pop() {
+                // dispatch: no callback starts after stop.
+                if self.stopping.load(Ordering::Acquire) {
+                    break;
+                }
+                let gen = self.loan(slot).unwrap();
+                callback(self, slot, gen, &mut local);
+                continue;
             }
             self.parked.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
@@ -190,6 +238,9 @@ impl Core {
             self.wake.block();
             self.parked.store(false, Ordering::SeqCst);
             self.wake.drain();
+        }
+        for slot in local {
+            self.queue_remote(slot);
         }
         reposted
     }
@@ -273,5 +324,88 @@ fn a_double_release_queues_the_slot_once() {
         let next = core.loan(0).unwrap();
         assert_ne!(next, gen);
         assert!(!core.release(0, gen));
+    });
+}
+
+/// A frame released inside the callback takes the local list (no fence, no
+/// wake) while another thread releases a held frame through the ring: the
+/// loop re-posts both, each once, and never parks on a released slot (it
+/// would deadlock: loom reports it).
+#[test]
+fn a_release_inside_the_callback_and_one_from_another_thread_are_both_reposted() {
+    model(|| {
+        let core = Arc::new(Core::new(2));
+        let g1 = core.loan(1).unwrap();
+        let rx = {
+            let core = core.clone();
+            thread::spawn(move || {
+                core.receive_loop_with(2, vec![0], |core, slot, gen, local| {
+                    assert!(core.release_on(slot, gen, Some(local)));
+                })
+            })
+        };
+        assert!(core.release(1, g1));
+        let mut got = rx.join().unwrap();
+        got.sort();
+        assert_eq!(got, vec![0, 1]);
+        assert!(core.releases.remaining().is_empty());
+    });
+}
+
+/// A forged token (the live loan's slot and generation) released from
+/// another thread races the callback's own release: one wins, the slot is
+/// re-posted once.
+#[test]
+fn a_forged_release_racing_the_callbacks_release_wins_once() {
+    model(|| {
+        let core = Arc::new(Core::new(1));
+        let won = Arc::new(AtomicU64::new(0));
+        let rx = {
+            let (core, won) = (core.clone(), won.clone());
+            thread::spawn(move || {
+                core.receive_loop_with(1, vec![0], |core, slot, gen, local| {
+                    if core.release_on(slot, gen, Some(local)) {
+                        won.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+        };
+        // The first loan of slot 0 has generation 1: a guessable token.
+        if core.release(0, 1) {
+            won.fetch_add(1, Ordering::Relaxed);
+        }
+        // (A forged release before the loan fails: the callback's wins.)
+        let got = rx.join().unwrap();
+        assert_eq!(won.load(Ordering::Relaxed), 1, "exactly one release wins");
+        let mut all = got;
+        all.extend(core.releases.remaining());
+        assert_eq!(all, vec![0], "re-posted (or queued) once");
+    });
+}
+
+/// stop() races a frame released inside the callback: the thread ends, and
+/// the slot is re-posted or left on the ring for the next owner, once
+/// (without the hand-over at the end of the loop it would be lost).
+#[test]
+fn a_release_inside_the_callback_racing_stop_keeps_the_slot_once() {
+    model(|| {
+        let core = Arc::new(Core::new(1));
+        let rx = {
+            let core = core.clone();
+            thread::spawn(move || {
+                core.receive_loop_with(usize::MAX, vec![0], |core, slot, gen, local| {
+                    assert!(core.release_on(slot, gen, Some(local)));
+                })
+            })
+        };
+        core.stop();
+        let mut all = rx.join().unwrap();
+        all.extend(core.releases.remaining());
+        let delivered = core.loans[0].load(Ordering::Acquire) != 0;
+        let want: Vec<u32> = if delivered { vec![0] } else { vec![] };
+        assert_eq!(all, want, "the released slot, exactly once");
+        if delivered {
+            assert_eq!(core.loans[0].load(Ordering::Acquire), 1 << 1, "released");
+        }
     });
 }

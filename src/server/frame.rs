@@ -7,20 +7,23 @@ use super::ServerCore;
 /// A received frame on loan: `data()` points into the slab (zero copy). The
 /// slot is re-posted when the frame is dropped (or its token released).
 pub struct Frame {
-    pub(super) core: Arc<ServerCore>,
+    /// The frame's reference to its core: `Some` for as long as the frame
+    /// lives; taken by `drop` (handed to the release path, which keeps it
+    /// for the receive thread's next frame when the frame is released on
+    /// that thread) or by `into_token` (handed to the token).
+    pub(super) core: Option<Arc<ServerCore>>,
     pub(super) slot: u32,
     pub(super) gen: u32,
     pub(super) len: u32,
     pub(super) imm: Option<u32>,
-    pub(super) armed: bool,
 }
 
 impl Frame {
     /// The payload, in place in the receive slab.
     pub fn data(&self) -> &[u8] {
         self.core
-            .slab
-            .loaned(self.slot, self.gen, self.len)
+            .as_ref()
+            .and_then(|c| c.slab.loaned(self.slot, self.gen, self.len))
             .unwrap_or(&[])
     }
     /// Payload length in bytes.
@@ -60,17 +63,16 @@ impl Frame {
     /// raw pointer): whoever releases the token must give it back with
     /// `Arc::decrement_strong_count`. Tokens are never 0.
     pub(crate) fn into_token(mut self) -> (u64, *const ServerCore) {
-        self.armed = false;
         let token = ((self.gen as u64) << 32) | self.slot as u64;
-        (token, Arc::into_raw(Arc::clone(&self.core)))
+        let core = self.core.take().expect("a live frame holds its core");
+        (token, Arc::into_raw(core))
     }
 }
 
 impl Drop for Frame {
     fn drop(&mut self) {
-        if self.armed {
-            // Cannot fail: this frame holds the live loan.
-            let _ = self.core.release_loan(self.slot, self.gen);
+        if let Some(core) = self.core.take() {
+            ServerCore::release_frame(core, self.slot, self.gen);
         }
     }
 }

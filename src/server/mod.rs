@@ -10,7 +10,9 @@
 mod backend;
 pub(crate) mod bench;
 mod frame;
+mod release;
 mod slab;
+mod spin;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -18,7 +20,7 @@ mod thread;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -80,6 +82,9 @@ pub struct ServerCore {
     slab: Arc<Slab>,
     host: HostParams,
     counters: Counters,
+    /// Releases made on the receive thread (its fast path): written by that
+    /// thread only; `Stats::releases` is `counters.releases` plus this.
+    local_releases: Arc<AtomicU64>,
     backend_counters: BackendCounters,
     /// Released slots, pushed from any thread, drained by the receive
     /// thread (crossbeam's bounded MPMC queue: capacity = slot count).
@@ -144,6 +149,7 @@ impl ServerCore {
             slab,
             host,
             counters: Counters::default(),
+            local_releases: Arc::new(AtomicU64::new(0)),
             backend_counters: backend.counters(),
             wake: EventFd::new()?,
             parked: AtomicBool::new(false),
@@ -187,13 +193,15 @@ impl ServerCore {
     /// Counter snapshot.
     pub fn stats(&self) -> Stats {
         let (since_last_packet, since_last_frame) = self.activity.ages();
+        let counters = self.counters.snapshot();
         Stats {
+            releases: counters.releases + self.local_releases.load(Ordering::Acquire),
             loans_outstanding: self.slab.loans_outstanding() as u64,
             link: self.link_state(),
             since_last_packet,
             since_last_frame,
             backend: self.backend_counters.snapshot(),
-            ..self.counters.snapshot()
+            ..counters
         }
     }
     /// The link's state.
@@ -392,12 +400,11 @@ impl ServerCore {
     /// The loan of a frame taken from the pull queue.
     fn queued_frame(self: &Arc<Self>, p: PendingFrame) -> Frame {
         Frame {
-            core: Arc::clone(self),
+            core: Some(Arc::clone(self)),
             slot: p.slot,
             gen: p.gen,
             len: p.len,
             imm: p.imm,
-            armed: true,
         }
     }
 

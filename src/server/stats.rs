@@ -33,7 +33,7 @@ macro_rules! counters {
             #[allow(clippy::needless_update)]
             pub fn snapshot(&self) -> $snap {
                 $snap {
-                    $($name: self.$name.load(Ordering::Relaxed),)*
+                    $($name: self.$name.load(Ordering::Acquire),)*
                     ..Default::default()
                 }
             }
@@ -124,11 +124,13 @@ impl std::fmt::Display for LinkState {
 
 /// Adds `n` to a counter that only the receive thread writes: a plain load
 /// and store (no locked read-modify-write; readers on other threads see the
-/// old or the new value, never a torn one).
+/// old or the new value, never a torn one). A release store, read with
+/// acquire by `snapshot`: a reader that sees a count sees the counts the
+/// thread bumped before it (after `reposts` moved, `releases` has too).
 pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     counter.store(
         counter.load(Ordering::Relaxed).wrapping_add(n),
-        Ordering::Relaxed,
+        Ordering::Release,
     );
 }
 

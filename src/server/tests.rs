@@ -82,14 +82,14 @@ fn poll_readable_both(a: RawFd, b: RawFd) {
     crate::sys::poll_readable(&[a, b], -1).unwrap();
 }
 
-struct Harness {
-    core: Arc<ServerCore>,
+pub(super) struct Harness {
+    pub core: Arc<ServerCore>,
     wire: Arc<Mutex<Wire>>,
     notify: Arc<EventFd>,
 }
 
 impl Harness {
-    fn new(depth: u32, slot: u32) -> Harness {
+    pub fn new(depth: u32, slot: u32) -> Harness {
         Harness::pinned(depth, slot, None)
     }
     fn pinned(depth: u32, slot: u32, cpu_affinity: Option<u32>) -> Harness {
@@ -113,11 +113,11 @@ impl Harness {
         .unwrap();
         Harness { core, wire, notify }
     }
-    fn connect(&self) {
+    pub fn connect(&self) {
         let p = ConnectParams::new(0x12, self.core.host_params().sq_psn, 5, 1).unwrap();
         self.core.complete_connection(&p).unwrap();
     }
-    fn send(&self, data: &[u8], imm: u32) {
+    pub fn send(&self, data: &[u8], imm: u32) {
         self.wire
             .lock()
             .unwrap()
@@ -142,7 +142,7 @@ fn payload(i: u32, len: usize) -> Vec<u8> {
     (0..len).map(|k| (i as usize * 31 + k) as u8).collect()
 }
 
-fn wait_until(mut f: impl FnMut() -> bool) {
+pub(super) fn wait_until(mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !f() {
         assert!(

@@ -1,56 +1,26 @@
 //! The receive thread: poll the backend, dispatch completions to the
-//! callback or the pull queue, re-post released slots in batches, park when
-//! idle; and the release path (any thread) that feeds it.
+//! callback or the pull queue, re-post released slots in batches, spin
+//! (`spin.rs`) or park when idle. The release path that feeds it is
+//! `release.rs`.
 
 use super::*;
+use release::OwnThread;
+use spin::Spin;
 use stats::bump;
 
+/// The receive loop's working set.
+struct Rx {
+    completions: Vec<Completion>,
+    /// Slots to re-post in the next batch.
+    repost: Vec<u32>,
+    /// References to the core handed back by frames released on this
+    /// thread: the next frames take them instead of cloning the `Arc`.
+    cores: Vec<Arc<ServerCore>>,
+    /// `Backend::packets_seen` at the last poll.
+    packets_seen: u64,
+}
+
 impl ServerCore {
-    /// Ends loan `(slot, gen)` and queues the slot for re-posting. Never blocks.
-    pub(super) fn release_loan(&self, slot: u32, gen: u32) -> Result<()> {
-        if !self.slab.release(slot, gen) {
-            self.counters
-                .invalid_releases
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(Error::new(
-                ErrorKind::UnknownToken,
-                format!(
-                    "release token (slot {slot}, generation {gen}) is unknown or already \
-                     released: release each frame exactly once"
-                ),
-            ));
-        }
-        self.counters.releases.fetch_add(1, Ordering::Relaxed);
-        // Capacity equals the slot count and a slot is queued at most once per
-        // loan, so the queue cannot be full.
-        let queued = self.releases.push(slot);
-        debug_assert!(queued.is_ok(), "release queue overflow");
-        // Pairs with the fence after `parked.store(true)` in the receive
-        // loop: either this thread sees `parked` and wakes it, or the receive
-        // thread sees this slot in the queue and does not block.
-        fence(Ordering::SeqCst);
-        if self.parked.load(Ordering::SeqCst) {
-            self.wake.signal();
-        }
-        Ok(())
-    }
-
-    /// Releases a token made by [`Frame::into_token`]. On success the caller
-    /// owns one strong reference to give back (see `into_token`).
-    pub(crate) fn release_token(&self, token: u64) -> Result<()> {
-        let (slot, gen) = (token as u32, (token >> 32) as u32);
-        if token == 0 || slot >= self.slab.slots() {
-            self.counters
-                .invalid_releases
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(Error::new(
-                ErrorKind::UnknownToken,
-                format!("release token {token:#x} is not a token of this server"),
-            ));
-        }
-        self.release_loan(slot, gen)
-    }
-
     fn mark_exited(&self, end: End) {
         *self.exited.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
         self.exited_cv.notify_all();
@@ -104,34 +74,33 @@ impl ServerCore {
         backend: &mut dyn Backend,
         callback: &mut Option<FrameCallback>,
     ) -> Result<()> {
-        let spin = Duration::from_micros(self.cfg.spin_us as u64);
-        let mut completions = Vec::with_capacity(POLL_BATCH);
-        let mut repost: Vec<u32> = Vec::with_capacity(self.slab.slots() as usize);
-        let mut idle_since: Option<Instant> = None;
-        let mut idle_polls: u32 = 0;
-        let mut packets_seen = 0u64;
+        let own = OwnThread::enter(self);
+        let depth = self.slab.slots() as usize;
+        let mut rx = Rx {
+            completions: Vec::with_capacity(POLL_BATCH),
+            repost: Vec::with_capacity(depth),
+            cores: Vec::with_capacity(depth),
+            packets_seen: 0,
+        };
+        let mut spin = Spin::new(self.cfg.spin_us);
         while !self.stopping.load(Ordering::Acquire) {
-            self.repost_released(backend, &mut repost)?;
-            completions.clear();
-            backend.poll(&mut completions)?;
-            self.note_activity(backend, &mut packets_seen, &completions);
-            if !completions.is_empty() {
-                idle_since = None;
-                idle_polls = 0;
-                self.dispatch(&completions, callback, &mut repost)?;
+            self.repost_released(backend, &own, &mut rx)?;
+            rx.completions.clear();
+            backend.poll(&mut rx.completions)?;
+            if let Some(now) = self.note_activity(backend, &mut rx) {
+                spin.work(now);
+                self.dispatch(callback, &mut rx)?;
                 continue;
             }
-            // Idle: spin for the budget (reading the clock every 64 polls).
-            idle_polls = idle_polls.wrapping_add(1);
-            if !spin.is_zero() {
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if idle_polls % 64 != 0 || since.elapsed() < spin {
-                    std::hint::spin_loop();
-                    continue;
-                }
+            if spin.idle(Instant::now) {
+                std::hint::spin_loop();
+                continue;
             }
+            spin.parked();
             // Park: announce it, re-check the release ring, arm, poll once more,
             // then block until a completion or a wake-up (release or stop).
+            // (The local list is empty here: taken above, and no frame was
+            // handed out since.)
             self.parked.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if !self.releases.is_empty() || self.stopping.load(Ordering::SeqCst) {
@@ -139,16 +108,17 @@ impl ServerCore {
                 continue;
             }
             backend.arm()?;
-            backend.poll(&mut completions)?;
-            if completions.is_empty() {
+            backend.poll(&mut rx.completions)?;
+            if rx.completions.is_empty() {
                 bump(&self.counters.parks, 1);
                 backend.block(self.wake.raw())?;
             }
             self.parked.store(false, Ordering::SeqCst);
             self.wake.drain();
-            idle_since = None;
-            self.note_activity(backend, &mut packets_seen, &completions);
-            self.dispatch(&completions, callback, &mut repost)?;
+            if let Some(now) = self.note_activity(backend, &mut rx) {
+                spin.work(now);
+            }
+            self.dispatch(callback, &mut rx)?;
         }
         Ok(())
     }
@@ -157,43 +127,57 @@ impl ServerCore {
     /// any datagram from the FPGA, even one that completes nothing) or
     /// completions arrived (verbs), and the last frame's when completions
     /// arrived (before they are handed out, so a consumer holding a frame
-    /// reads a stamp). One clock read per busy poll.
-    fn note_activity(&self, backend: &dyn Backend, seen: &mut u64, completions: &[Completion]) {
+    /// reads a stamp). One clock read per busy poll, returned (the spin
+    /// policy's "work"); None for a poll that found nothing.
+    fn note_activity(&self, backend: &dyn Backend, rx: &mut Rx) -> Option<Instant> {
         let now_seen = backend.packets_seen();
-        if now_seen != *seen || !completions.is_empty() {
-            *seen = now_seen;
-            let now = Instant::now();
-            self.activity.packet(now);
-            if !completions.is_empty() {
-                self.activity.frame(now);
-            }
+        if now_seen == rx.packets_seen && rx.completions.is_empty() {
+            return None;
         }
+        rx.packets_seen = now_seen;
+        let now = Instant::now();
+        self.activity.packet(now);
+        if !rx.completions.is_empty() {
+            self.activity.frame(now);
+        }
+        Some(now)
     }
 
-    fn repost_released(&self, backend: &mut dyn Backend, repost: &mut Vec<u32>) -> Result<()> {
-        while let Some(slot) = self.releases.pop() {
-            repost.push(slot);
+    /// Re-posts the slots released since the last batch: from other threads
+    /// (the ring) and from this one (the local list), in one call.
+    fn repost_released(
+        &self,
+        backend: &mut dyn Backend,
+        own: &OwnThread,
+        rx: &mut Rx,
+    ) -> Result<()> {
+        if !self.releases.is_empty() {
+            while let Some(slot) = self.releases.pop() {
+                rx.repost.push(slot);
+            }
         }
-        if repost.is_empty() {
+        own.take(&mut rx.repost, &mut rx.cores);
+        if rx.repost.is_empty() {
             return Ok(());
         }
-        backend.post_recv(repost)?;
-        bump(&self.counters.reposts, repost.len() as u64);
+        backend.post_recv(&rx.repost)?;
+        bump(&self.counters.reposts, rx.repost.len() as u64);
         bump(&self.counters.repost_batches, 1);
-        repost.clear();
+        rx.repost.clear();
         Ok(())
     }
 
     /// Hands completions to the consumer. A completion error or a flush
     /// means the QP is in the error state (an RC QP receives nothing more):
     /// counted, and the loop ends with the cause (the thread logs it once).
-    fn dispatch(
-        self: &Arc<Self>,
-        completions: &[Completion],
-        callback: &mut Option<FrameCallback>,
-        repost: &mut Vec<u32>,
-    ) -> Result<()> {
-        for c in completions {
+    fn dispatch(self: &Arc<Self>, callback: &mut Option<FrameCallback>, rx: &mut Rx) -> Result<()> {
+        let Rx {
+            completions,
+            repost,
+            cores,
+            ..
+        } = rx;
+        for c in completions.iter() {
             if self.stopping.load(Ordering::Acquire) {
                 break;
             }
@@ -236,18 +220,21 @@ impl ServerCore {
                 repost.push(c.slot);
                 continue;
             }
-            self.deliver(c.slot, len, imm, callback)?;
+            self.deliver(c.slot, len, imm, callback, cores)?;
         }
         Ok(())
     }
 
-    /// Loans `slot` to the consumer: the callback, or the pull queue.
+    /// Loans `slot` to the consumer: the callback (the frame holds a
+    /// reference to the core: one handed back by an earlier frame, or a
+    /// clone), or the pull queue.
     fn deliver(
         self: &Arc<Self>,
         slot: u32,
         len: u32,
         imm: Option<u32>,
         callback: &mut Option<FrameCallback>,
+        cores: &mut Vec<Arc<ServerCore>>,
     ) -> Result<()> {
         let Some(gen) = self.slab.loan(slot) else {
             return Err(Error::new(
@@ -272,12 +259,11 @@ impl ServerCore {
             return Ok(());
         };
         let frame = Frame {
-            core: Arc::clone(self),
+            core: Some(cores.pop().unwrap_or_else(|| Arc::clone(self))),
             slot,
             gen,
             len,
             imm,
-            armed: true,
         };
         if catch_unwind(AssertUnwindSafe(|| cb(frame))).is_err() {
             bump(&self.counters.callback_panics, 1);

@@ -1,0 +1,265 @@
+//! Adaptive spinning: how long the receive thread busy-polls an empty
+//! completion queue before it arms and blocks.
+//!
+//! A spin saves a park (arm, block, wake-up: microseconds of CPU and of
+//! latency; on a window-limited sender, such as surf's engine waiting for
+//! ACKs, a slower stream) when the next packet comes within the spin; it
+//! wastes the spin when it does not. The budget adapts as Linux KVM's halt
+//! polling does (`virt/kvm/kvm_main.c`: `grow_halt_poll_ns`,
+//! `shrink_halt_poll_ns`), judging each idle period by how it ended:
+//!
+//! - **a hit** (a spin found the packet): the budget stays;
+//! - **a miss that was short** (the spin ran out and the thread blocked, but
+//!   the packet came within `spin_us`: a longer spin would have caught it):
+//!   the budget doubles, from 1 us, up to `spin_us`;
+//! - **a miss that was long** (the block outlasted `spin_us`: an idle link,
+//!   or one slower than the budget can bridge): the budget halves, and below
+//!   1 us it is 0: block at once, until a short block grows it back.
+//!
+//! So a stream whose gaps the budget bridges is polled without parking
+//! (latency and a window-limited sender's pace kept), and an idle link, or a
+//! slow one (gaps beyond `spin_us`), costs what blocking costs after a few
+//! idle periods instead of a spin per gap. A wake-up by a release (no
+//! packet) does not end the idle period. Spinning reads the clock every
+//! [`CLOCK_EVERY`] empty polls; the end of an idle period reuses the clock
+//! read the loop makes anyway (`note_activity`). `spin_us` 0 never spins and
+//! reads no clock.
+
+use std::time::{Duration, Instant};
+
+/// The smallest budget worth spinning; a smaller one blocks at once.
+const MIN_SPIN: Duration = Duration::from_micros(1);
+
+/// Empty polls between clock reads while spinning.
+const CLOCK_EVERY: u32 = 4;
+
+/// The budget after an idle period that lasted `wait` and ended in a spin
+/// (`spun`) or after a block, from `budget`, at most `max`.
+pub(super) fn next_budget(budget: Duration, wait: Duration, spun: bool, max: Duration) -> Duration {
+    if spun {
+        budget
+    } else if wait <= max {
+        (budget * 2).max(MIN_SPIN).min(max)
+    } else if budget / 2 < MIN_SPIN {
+        Duration::ZERO
+    } else {
+        budget / 2
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Working (a poll found packets or completions).
+    Busy,
+    /// Idle since `since`, spinning; `polls` empty polls so far.
+    Spinning { since: Instant, polls: u32 },
+    /// Idle since `since` (None: not measured, at the start), parked.
+    Parked { since: Option<Instant> },
+}
+
+/// The receive loop's spin state: [`Spin::work`] after each poll that found
+/// work, [`Spin::idle`] after each empty one (true: poll again), and
+/// [`Spin::parked`] when it blocks.
+#[derive(Debug)]
+pub(super) struct Spin {
+    max: Duration,
+    budget: Duration,
+    phase: Phase,
+}
+
+impl Spin {
+    /// Spinning at most `spin_us` microseconds (0: never), starting at the
+    /// full budget.
+    pub fn new(spin_us: u32) -> Spin {
+        let max = Duration::from_micros(spin_us as u64);
+        Spin {
+            max,
+            budget: max,
+            phase: Phase::Parked { since: None },
+        }
+    }
+
+    /// The budget the next idle period spins for.
+    #[cfg(test)]
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// A poll found work at `now`: the idle period (if any) ends.
+    pub fn work(&mut self, now: Instant) {
+        let (since, spun) = match self.phase {
+            Phase::Busy => return,
+            Phase::Spinning { since, .. } => (Some(since), true),
+            Phase::Parked { since } => (since, false),
+        };
+        if let Some(since) = since {
+            let wait = now.saturating_duration_since(since);
+            self.budget = next_budget(self.budget, wait, spun, self.max);
+        }
+        self.phase = Phase::Busy;
+    }
+
+    /// A poll found nothing: true to poll again (spin), false to park.
+    /// `clock` is read at the first empty poll and every few after it.
+    pub fn idle(&mut self, clock: impl FnOnce() -> Instant) -> bool {
+        if self.max.is_zero() {
+            return false;
+        }
+        match self.phase {
+            Phase::Busy => {
+                self.phase = Phase::Spinning {
+                    since: clock(),
+                    polls: 0,
+                };
+                !self.budget.is_zero()
+            }
+            Phase::Spinning { since, polls } => {
+                let polls = polls.wrapping_add(1);
+                self.phase = Phase::Spinning { since, polls };
+                polls % CLOCK_EVERY != 0 || clock().saturating_duration_since(since) < self.budget
+            }
+            Phase::Parked { .. } => false,
+        }
+    }
+
+    /// The loop blocks: the spin is over until a poll finds work.
+    pub fn parked(&mut self) {
+        if let Phase::Spinning { since, .. } = self.phase {
+            self.phase = Phase::Parked { since: Some(since) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    /// Drives `spin` through one idle period of `gap` (spinning while the
+    /// policy says so, parking otherwise), then one busy poll, from `t`;
+    /// returns whether it parked and the time after the busy poll.
+    fn period(spin: &mut Spin, t: Instant, gap: Duration) -> (bool, Instant) {
+        let mut now = t;
+        let mut parked = false;
+        while now < t + gap {
+            if !spin.idle(|| now) {
+                spin.parked();
+                parked = true;
+                now = t + gap;
+                break;
+            }
+            now += Duration::from_nanos(100);
+        }
+        spin.work(now);
+        (parked, now + US)
+    }
+
+    /// `n` idle periods of `gap` each; how many parked.
+    fn periods(spin: &mut Spin, t: &mut Instant, n: usize, gap: Duration) -> usize {
+        let mut parks = 0;
+        for _ in 0..n {
+            let (parked, next) = period(spin, *t, gap);
+            parks += parked as usize;
+            *t = next;
+        }
+        parks
+    }
+
+    #[test]
+    fn hits_keep_the_budget_short_misses_grow_it_long_ones_shrink_it() {
+        let max = 50 * US;
+        assert_eq!(next_budget(8 * US, 3 * US, true, max), 8 * US, "hit");
+        assert_eq!(
+            next_budget(8 * US, 20 * US, false, max),
+            16 * US,
+            "short miss"
+        );
+        assert_eq!(next_budget(Duration::ZERO, 9 * US, false, max), US);
+        assert_eq!(next_budget(32 * US, 50 * US, false, max), max, "capped");
+        assert_eq!(next_budget(max, 51 * US, false, max), 25 * US, "long miss");
+        assert_eq!(next_budget(US, 51 * US, false, max), Duration::ZERO);
+        let z = Duration::ZERO;
+        assert_eq!(next_budget(z, Duration::from_secs(1), false, max), z);
+    }
+
+    #[test]
+    fn spin_us_zero_never_spins() {
+        let mut s = Spin::new(0);
+        let t = Instant::now();
+        for i in 0..10u32 {
+            s.work(t + i * US);
+            assert!(!s.idle(|| panic!("no clock read without spinning")));
+            s.parked();
+        }
+        assert_eq!(s.budget(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_stream_whose_gaps_the_budget_bridges_never_parks() {
+        // 290k frames/s (3.4 us apart) and a window-limited sender waiting
+        // 30 us for its ACKs alike: every spin hits.
+        for gap in [Duration::from_nanos(3400), 30 * US] {
+            let mut s = Spin::new(50);
+            let mut t = Instant::now();
+            s.work(t);
+            assert_eq!(periods(&mut s, &mut t, 1000, gap), 0, "{gap:?}");
+            assert_eq!(s.budget(), 50 * US);
+        }
+    }
+
+    #[test]
+    fn an_idle_link_spins_once_then_blocks_at_once() {
+        let mut s = Spin::new(50);
+        let mut t = Instant::now();
+        s.work(t);
+        assert!(s.idle(|| t + US), "spins first");
+        let mut polls = 0;
+        while s.idle(|| t + 51 * US) {
+            polls += 1;
+        }
+        assert!(
+            polls < CLOCK_EVERY,
+            "stops at the first clock read past the budget"
+        );
+        s.parked();
+        assert!(
+            !s.idle(|| panic!("no clock read while parked")),
+            "parked until work"
+        );
+        t += Duration::from_secs(1);
+        s.work(t);
+        assert_eq!(s.budget(), 25 * US, "a long block halves the budget");
+        // Packets a second apart: 25, 12.5, 6.25, 3.1, 1.6 us, then none.
+        let parks = periods(&mut s, &mut t, 10, Duration::from_secs(1));
+        assert_eq!((parks, s.budget()), (10, Duration::ZERO));
+    }
+
+    #[test]
+    fn a_link_slower_than_the_budget_blocks_at_once() {
+        // 5k frames/s: 200 us apart, beyond any spin.
+        let mut s = Spin::new(50);
+        let mut t = Instant::now();
+        s.work(t);
+        assert_eq!(periods(&mut s, &mut t, 100, 200 * US), 100);
+        assert_eq!(s.budget(), Duration::ZERO);
+        // At budget 0 the idle period is the block alone: no spin at all.
+        s.work(t);
+        assert!(!s.idle(|| t));
+    }
+
+    #[test]
+    fn short_blocks_grow_the_budget_back_until_spins_hit() {
+        let mut s = Spin::new(50);
+        let mut t = Instant::now();
+        s.work(t);
+        periods(&mut s, &mut t, 20, Duration::from_secs(1));
+        assert_eq!(s.budget(), Duration::ZERO);
+        // Packets 10 us apart again: blocks return within 50 us, the budget
+        // doubles (1, 2, 4, 8, 16 us) and the spins catch them from then on.
+        assert_eq!(periods(&mut s, &mut t, 5, 10 * US), 5);
+        assert_eq!(s.budget(), 16 * US);
+        assert_eq!(periods(&mut s, &mut t, 100, 10 * US), 0);
+        assert_eq!(s.budget(), 16 * US, "hits keep it");
+    }
+}
