@@ -2,7 +2,7 @@
 //! `rocev2 verbs-fpga` (an RC requester on an RDMA device).
 
 use std::net::SocketAddrV4;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
 use rocev2::bench::Rate;
@@ -163,6 +163,7 @@ pub struct VerbsFpgaArgs {
 pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     use rocev2::{emulator::verbs::VerbsRequester, verbs::VerbsDevice};
     use std::sync::Arc;
+    use std::time::Duration;
     let e = lib_err(&[("gid_index", "--gid-index"), ("ib_port", "--ib-port")]);
     let dev = VerbsDevice::open(&a.device, a.ib_port, a.gid_index).map_err(&e)?;
     let mut req = VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.shape.size as usize)
