@@ -141,6 +141,8 @@ pub struct E2e {
     pub busy_ns_per_frame: f64,
     /// The server thread's CPU time over the run's wall time (1.0 = a core).
     pub cpu: f64,
+    /// The emulator's (the calling thread's) CPU time per frame (ns).
+    pub emulator_ns_per_frame: f64,
 }
 
 /// How the end-to-end run is driven.
@@ -161,6 +163,8 @@ pub struct E2eSetup {
     pub window: usize,
     /// Frames per second (None: as fast as the window allows).
     pub rate: Option<f64>,
+    /// The server's spin budget (µs; None: the default).
+    pub spin_us: Option<u32>,
 }
 
 impl E2eSetup {
@@ -175,6 +179,7 @@ impl E2eSetup {
             icrc: crate::config::IcrcCheck::Off,
             window: 64,
             rate: None,
+            spin_us: None,
         }
     }
 }
@@ -198,6 +203,7 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
         &ServerConfig {
             max_payload: s.size as u32,
             rx_queue_depth: s.depth,
+            spin_us: s.spin_us.unwrap_or(ServerConfig::default().spin_us),
             ..Default::default()
         },
     )?;
@@ -217,6 +223,7 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
     server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, s.pmtu.code(), 1)?)?;
     let template = crate::emulator::pattern::make(0, s.size);
     let cpu0 = thread_cpu_ns("RoCEv2Server");
+    let emu0 = own_cpu_ns();
     let t0 = Instant::now();
     emu.stream_into(
         s.frames,
@@ -234,6 +241,7 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
     }
     let elapsed = t0.elapsed();
     let cpu = thread_cpu_ns("RoCEv2Server").saturating_sub(cpu0);
+    let emu_cpu = own_cpu_ns().saturating_sub(emu0);
     let n = count.load(Ordering::Relaxed);
     let st = server.stats();
     let soft = st.soft();
@@ -249,7 +257,16 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
         socket_drops: soft.socket_drops,
         busy_ns_per_frame: per(cpu),
         cpu: cpu as f64 / elapsed.as_nanos().max(1) as f64,
+        emulator_ns_per_frame: per(emu_cpu),
     })
+}
+
+/// CPU time (ns) so far of the calling thread.
+fn own_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// CPU time (ns) so far of this process's thread named `name` (the

@@ -184,9 +184,11 @@ fn server_line(runs: &[E2e]) -> String {
     let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
     let acks = mmm(runs.iter().map(|r| r.acks_per_frame).collect());
     let copied = mmm(runs.iter().map(|r| r.copied_per_frame).collect());
+    let emu = mmm(runs.iter().map(|r| r.emulator_ns_per_frame).collect());
     format!(
-        "server thread CPU {:.0}/{:.0}/{:.0} ns/frame (spinning included); {:.3} ACKs/frame, {:.3} copies/frame (medians)",
-        busy.0, busy.1, busy.2, acks.1, copied.1
+        "CPU per frame: server thread {:.0}/{:.0}/{:.0} ns (spinning included), emulator {:.0} ns; \
+         {:.3} ACKs, {:.3} copies per frame",
+        busy.0, busy.1, busy.2, emu.1, acks.1, copied.1
     )
 }
 
@@ -261,24 +263,25 @@ fn acks_row(frames: u64) -> Result<(), Fail> {
 fn paced_rows(seconds: f64, window: usize) -> Result<(), Fail> {
     let e = lib_err(&[]);
     for (rate, gbe, goal) in [(290_000.0, 10, "<=35% CPU"), (750_000.0, 25, "<=700 ns")] {
-        let mut runs = Vec::new();
-        for _ in 0..RUNS {
-            let s = E2eSetup {
-                rate: Some(rate),
-                window,
-                ..E2eSetup::new(4096, (rate * seconds) as u64)
-            };
-            runs.push(soft_end_to_end(s).map_err(&e)?);
+        // The default spin budget, then none (block at once when idle).
+        let mut by_spin = Vec::new();
+        for spin_us in [None, Some(0)] {
+            let mut runs = Vec::new();
+            for _ in 0..RUNS {
+                let s = E2eSetup {
+                    rate: Some(rate),
+                    window,
+                    spin_us,
+                    ..E2eSetup::new(4096, (rate * seconds) as u64)
+                };
+                runs.push(soft_end_to_end(s).map_err(&e)?);
+            }
+            by_spin.push(runs);
         }
+        let runs = &by_spin[0];
         let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
         let cpu = mmm(runs.iter().map(|r| r.cpu * 100.0).collect());
         let got = mmm(runs.iter().map(|r| r.rate.per_sec).collect());
-        let lossless = runs
-            .iter()
-            .filter(|r| {
-                r.retransmits + r.naks + r.socket_drops == 0 && r.rate.per_sec >= rate * 0.97
-            })
-            .count();
         let ratio = if gbe == 10 {
             (cpu.0 / 35.0, cpu.1 / 35.0, cpu.2 / 35.0)
         } else {
@@ -291,12 +294,32 @@ fn paced_rows(seconds: f64, window: usize) -> Result<(), Fail> {
             ratio,
             goal,
         );
-        note(&format!(
-            "CPU {:.0}/{:.0}/{:.0}%; loss-free (no resend, NAK or socket drop, >=97% of the rate) in {lossless} of {RUNS} runs",
-            cpu.0, cpu.1, cpu.2
-        ));
+        for (runs, what) in by_spin.iter().zip(["spin_us 50", "spin_us 0"]) {
+            let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
+            let cpu = mmm(runs.iter().map(|r| r.cpu * 100.0).collect());
+            note(&format!(
+                "{what}: {:.0}/{:.0}/{:.0} ns/frame, CPU {:.0}/{:.0}/{:.0}%; {}",
+                busy.0,
+                busy.1,
+                busy.2,
+                cpu.0,
+                cpu.1,
+                cpu.2,
+                loss_line(runs, rate)
+            ));
+        }
     }
     Ok(())
+}
+
+/// How many runs were loss-free: no resend, NAK or socket drop, and the
+/// rate reached (97%).
+fn loss_line(runs: &[E2e], rate: f64) -> String {
+    let ok = runs
+        .iter()
+        .filter(|r| r.retransmits + r.naks + r.socket_drops == 0 && r.rate.per_sec >= rate * 0.97)
+        .count();
+    format!("loss-free and at rate in {ok} of {RUNS} runs")
 }
 
 fn dispatch_row(frames: u64) -> Result<(), Fail> {
