@@ -31,7 +31,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::net::UdpIo;
 use crate::sys::{poll_readable, random_u32};
-use crate::wire::icrc::{Ipv4Udp, HEADROOM};
+use crate::wire::icrc::{IcrcCache, Ipv4Udp};
 use crate::wire::MASK_24;
 use crate::wire::{self, Bth, Opcode, Packet};
 use requester::{Requester, RequesterConfig, RequesterStats};
@@ -184,6 +184,8 @@ pub struct FpgaEmulator {
     rx_held: Option<(u32, wire::Aeth)>,
     out: Vec<Vec<u8>>,
     spare: Vec<Vec<u8>>,
+    /// The ICRC's pseudo-header state (one sender, one host: kept).
+    icrc: IcrcCache,
     stats: EmulatorStats,
 }
 
@@ -205,6 +207,7 @@ impl FpgaEmulator {
             rx_held: None,
             out: Vec::new(),
             spare: Vec::new(),
+            icrc: IcrcCache::default(),
             stats: EmulatorStats::default(),
         })
     }
@@ -299,9 +302,9 @@ impl FpgaEmulator {
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
             bth.ack_req = p.ack_req;
-            // Packets are built behind HEADROOM bytes so the ICRC is one CRC pass.
             let mut buf = self.spare.pop().unwrap_or_default();
-            ctx.emit_sealed(&bth, p.imm, None, p.payload, &mut buf);
+            self.icrc
+                .emit_sealed(&ctx, &bth, p.imm, None, p.payload, &mut buf);
             n += 1;
             if self.rng.chance(f.corrupt) {
                 // A bit of the payload (or, without one, of the BTH's PSN).
@@ -335,7 +338,7 @@ impl FpgaEmulator {
             }
         }
         if !self.out.is_empty() {
-            let sent = self.io.send_to(self.cfg.host, &self.out, HEADROOM)?;
+            let sent = self.io.send_to(self.cfg.host, &self.out)?;
             self.stats.packets_tx += sent as u64;
             // What the socket did not take is lost, as on a wire; the requester recovers.
             self.spare.append(&mut self.out);

@@ -518,10 +518,9 @@ impl UdpIo {
         self.send_iter(pkts.iter().copied())
     }
 
-    /// [`send_batch`](Self::send_batch) of `bufs[i][skip..]`, all to `dst`
-    /// (packets built behind an ICRC headroom).
-    pub fn send_to(&mut self, dst: SocketAddrV4, bufs: &[Vec<u8>], skip: usize) -> Result<usize> {
-        self.send_iter(bufs.iter().map(|b| (dst, &b[skip..])))
+    /// [`send_batch`](Self::send_batch) of `bufs`, all to `dst`.
+    pub fn send_to(&mut self, dst: SocketAddrV4, bufs: &[Vec<u8>]) -> Result<usize> {
+        self.send_iter(bufs.iter().map(|b| (dst, &b[..])))
     }
 
     fn send_iter<'a>(

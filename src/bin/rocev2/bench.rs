@@ -73,7 +73,7 @@ pub fn run(a: BenchArgs) -> Outcome {
         format!("{icrc:.2} GB/s"),
         format!("crc32fast raw: {raw:.2} GB/s"),
         icrc / raw,
-        ">=0.9"
+        ">=0.93"
     );
     Ok(Exit::Ok)
 }
