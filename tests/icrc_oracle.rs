@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
-use rocev2::wire::icrc::{split_ipv4_udp, Ipv4Udp};
+use rocev2::wire::icrc::{split_ipv4_udp, IcrcCache, Ipv4Udp};
 use rocev2::wire::{emit, Aeth, Bth, Opcode, Packet, Syndrome};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/scapy_oracle.py");
@@ -198,6 +198,10 @@ fn our_packets_verify_in_scapy() {
         let mut buf = vec![0u8; Packet::wire_len(*op, payload.len())];
         emit(&bth, *imm, *aeth, payload, &mut buf);
         ctx.seal(&mut buf);
+        // The send paths' builder puts the same bytes on the wire.
+        let mut sent = Vec::new();
+        IcrcCache::default().emit_sealed(&ctx, &bth, *imm, *aeth, payload, &mut sent);
+        assert_eq!(sent, buf, "case {i}: IcrcCache::emit_sealed differs");
         lines.push(hex(&ip_packet(&ctx, *tos, *ttl, &buf)));
     }
     let mut child = Command::new("python3")

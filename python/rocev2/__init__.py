@@ -29,6 +29,7 @@ import dataclasses
 import enum
 import ipaddress
 import os
+import struct
 import threading
 import typing
 
@@ -122,6 +123,27 @@ class _Frame(ctypes.Structure):
                 ("slot", ctypes.c_uint32), ("token", ctypes.c_uint64)]
 
 
+# One rocev2_frame as Server.poll_frames reads a batch: all records in one
+# struct.iter_unpack instead of a ctypes field read per field and frame.
+_FRAME_RECORD = struct.Struct("=IIQIIIIQ")
+_STRUCT_SIZE = struct.Struct("=I")  # a record's first field
+if ([getattr(_Frame, n).offset for n, _ in _Frame._fields_] != [0, 4, 8, 16, 20, 24, 28, 32]
+        or _FRAME_RECORD.size != ctypes.sizeof(_Frame)):
+    raise ImportError("rocev2: _Frame's layout differs from the batch record")
+
+
+class _Batch:
+    """What one poll_frames call fills: the rocev2_frame array, its bytes,
+    the count (and its ctypes reference), kept across calls."""
+    __slots__ = ("frames", "raw", "got", "got_ref")
+
+    def __init__(self, n: int):
+        self.frames = (_Frame * n)()
+        self.raw = memoryview(self.frames).cast("B")
+        self.got = ctypes.c_size_t(0)
+        self.got_ref = ctypes.byref(self.got)
+
+
 _STAT_FIELDS = [
     "frames", "bytes", "releases", "reposts", "repost_batches", "parks",
     "completion_errors", "flush_errors", "bad_length", "unexpected_opcode",
@@ -207,6 +229,24 @@ def _lib() -> ctypes.CDLL:
             if _library is None:
                 _library = _load()
     return _library
+
+
+_raw_calls: typing.Dict[str, typing.Any] = {}
+_NO_WAIT = ctypes.c_int32(0)  # a timeout_ms for _raw calls
+
+
+def _raw(name: str) -> typing.Any:
+    """``name`` from the library without ctypes' argument conversion (its
+    argtypes cost about 0.5 us a call): for the batch path's calls, whose
+    callers pass exactly the C types (c_void_p, c_int32, c_size_t, arrays,
+    byref). Returns the C status."""
+    fn = _raw_calls.get(name)
+    if fn is None:
+        lib = _lib()
+        fn = lib._FuncPtr((name, lib))
+        fn.restype = ctypes.c_int
+        _raw_calls[name] = fn
+    return fn
 
 
 def __getattr__(name: str):
@@ -630,13 +670,55 @@ class Frame:
 
     def __del__(self) -> None:
         try:
-            self.release()
+            if self._token:
+                self.release()
         except Exception:
             pass
+
+    @classmethod
+    def _batch(cls, server: "Server", handle: int, slab: "_SlabView",
+               records: typing.Iterable[tuple]) -> typing.List["Frame"]:
+        """Frames from unpacked rocev2_frame records (:data:`_FRAME_RECORD`):
+        as ``Frame(server, f)`` each, with ``data`` a slice of the slab's view."""
+        new, base, size, whole = cls.__new__, slab.base, slab.size, slab.whole
+        frames = []
+        append = frames.append
+        for _, flags, address, length, channel, immediate, slot, token in records:
+            f = new(cls)
+            f._server = server
+            f._handle = handle
+            f._token = token
+            f.address = address
+            off = address - base
+            f.data = whole[off:off + length] if 0 <= off <= size - length else _view(address, length)
+            f.channel = channel
+            f.immediate = immediate
+            f.has_immediate = flags & FRAME_HAS_IMMEDIATE != 0
+            f.slot = slot
+            append(f)
+        return frames
 
     def __repr__(self) -> str:
         return (f"Frame(channel={self.channel}, len={len(self)}, "
                 f"ring_position={self.ring_position}, slot={self.slot})")
+
+
+class _SlabView:
+    """One read-only memoryview of a server's receive slab (``mr_addr``,
+    ``mr_len``: every frame lies in it), so a frame's ``data`` is a slice of it
+    (one object) instead of a ctypes array, a memoryview and two views of it
+    per frame. The slab outlives every loan (the library keeps it until the
+    last token is released), and a slice keeps nothing alive."""
+    __slots__ = ("handle", "base", "size", "whole")
+
+    def __init__(self, handle: int, mr_addr: int, mr_len: int):
+        self.handle, self.base, self.size = handle, mr_addr, mr_len
+        self.whole = _view(mr_addr, mr_len) if mr_len else memoryview(b"")
+
+
+def _view(address: int, length: int) -> memoryview:
+    """A read-only byte view of ``length`` bytes at ``address`` (zero copy)."""
+    return memoryview((ctypes.c_uint8 * length).from_address(address)).cast("B").toreadonly()
 
 
 class Server:
@@ -656,6 +738,13 @@ class Server:
         self._cb_fn = None
         self._lock = threading.Lock()
         self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        # Kept for poll_frames / release_frames: rocev2_frame arrays (with
+        # their bytes) and token arrays, taken and put back (list.pop and
+        # append are atomic: threads polling at once each get their own),
+        # and the slab's view (per library handle).
+        self._batches: typing.List[_Batch] = []
+        self._token_arrays: typing.List[ctypes.Array] = []
+        self._slab: typing.Optional[_SlabView] = None
         gid_index = cfg.gidIndex
         if gid_index < 0:
             if cfg.deviceName == "soft":
@@ -784,34 +873,80 @@ class Server:
         ``timeout`` seconds (None: forever) for the first, then takes those
         already queued. [] on timeout; Rocev2Error (STOPPED) once stopped.
         Release them with :meth:`release_frames` (one call) or each
-        ``frame.release()``. The fast path from Python (no channel filter)."""
+        ``frame.release()``. The fast path from Python (no channel filter);
+        threads may poll one server at once (each gets frames of its own)."""
         if max_frames < 1:
             raise Rocev2Error(Status.INVALID_ARGUMENT, f"max_frames must be >= 1; got {max_frames}")
-        buf = self._batch if getattr(self, "_batch", None) is not None and len(self._batch) >= max_frames \
-            else (_Frame * max_frames)()
-        self._batch = buf
-        buf[0].struct_size = ctypes.sizeof(_Frame)
-        got = ctypes.c_size_t(0)
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        st = _lib().rocev2_server_poll_frames(self._handle(), ms, buf, max_frames, ctypes.byref(got))
-        if st == Status.TIMEOUT:
-            return []
-        _check(st)
-        _answered(buf[0], "rocev2_server_poll_frames")
-        return [Frame(self, buf[i]) for i in range(got.value)]
+        handle = self._handle()
+        try:
+            b = self._batches.pop()
+        except IndexError:
+            b = None
+        if b is None or len(b.frames) < max_frames:
+            b = _Batch(max(max_frames, 64))
+        try:
+            size = _FRAME_RECORD.size
+            _STRUCT_SIZE.pack_into(b.raw, 0, size)
+            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            poll, cap = _raw("rocev2_server_poll_frames"), ctypes.c_size_t(max_frames)
+            st = poll(handle, _NO_WAIT, b.frames, cap, b.got_ref)
+            if st == Status.TIMEOUT and ms:
+                # Nothing queued: give the CPU away once (to the receive
+                # thread, the sender) before sleeping in the library. Frames
+                # then come in batches; a sleep and a wake-up per few frames
+                # cost more than the binding's own work.
+                os.sched_yield()
+                st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+            if st:
+                if st == Status.TIMEOUT:
+                    return []
+                _check(st)
+            if _STRUCT_SIZE.unpack_from(b.raw)[0] != size:
+                _answered(b.frames[0], "rocev2_server_poll_frames")
+            slab = self._slab
+            if slab is None or slab.handle != handle.value:
+                hp = self.get_host_params()
+                slab = self._slab = _SlabView(handle.value, hp.mrAddr, hp.mrLen)
+            records = _FRAME_RECORD.iter_unpack(b.raw[:b.got.value * size])
+            return Frame._batch(self, handle.value, slab, records)
+        finally:
+            self._batches.append(b)
 
     def release_frames(self, frames: typing.Iterable[Frame]) -> None:
         """Releases many frames in one library call (each once; already
         released ones are skipped)."""
-        by_handle: typing.Dict[int, typing.List[int]] = {}
+        tokens: typing.List[int] = []
+        handle = None
+        others: typing.Dict[int, typing.List[int]] = {}  # loans of other handles
         for f in frames:
-            if f._token:
-                by_handle.setdefault(f._handle, []).append(f._token)
+            token = f._token
+            if token:
                 f._token = 0
                 f.data.release()
-        for handle, tokens in by_handle.items():
-            arr = (ctypes.c_uint64 * len(tokens))(*tokens)
-            _check(_lib().rocev2_server_release_many(handle, arr, len(tokens)))
+                if f._handle == handle or handle is None:
+                    handle = f._handle
+                    tokens.append(token)
+                else:
+                    others.setdefault(f._handle, []).append(token)
+        if handle is not None:
+            self._release_many(handle, tokens)
+        for h, more in others.items():
+            self._release_many(h, more)
+
+    def _release_many(self, handle: int, tokens: typing.List[int]) -> None:
+        """One rocev2_server_release_many through a kept token array."""
+        n = len(tokens)
+        try:
+            arr = self._token_arrays.pop()
+        except IndexError:
+            arr = None
+        if arr is None or len(arr) < n:
+            arr = (ctypes.c_uint64 * max(n, 64))()
+        try:
+            arr[:n] = tokens
+            _check(_raw("rocev2_server_release_many")(ctypes.c_void_p(handle), arr, ctypes.c_size_t(n)))
+        finally:
+            self._token_arrays.append(arr)
 
     def poll(self, timeout: typing.Optional[float] = None,
              channel: typing.Optional[int] = None) -> typing.Optional[Frame]:

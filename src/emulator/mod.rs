@@ -31,7 +31,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::net::UdpIo;
 use crate::sys::{poll_readable, random_u32};
-use crate::wire::icrc::{Ipv4Udp, HEADROOM};
+use crate::wire::icrc::{IcrcCache, Ipv4Udp};
 use crate::wire::MASK_24;
 use crate::wire::{self, Bth, Opcode, Packet};
 use requester::{Requester, RequesterConfig, RequesterStats};
@@ -228,13 +228,15 @@ pub struct FpgaEmulator {
     rng: Rng,
     tx_held: Option<(Vec<u8>, bool)>,
     rx_held: Option<(u32, wire::Aeth)>,
-    /// Packets to send, built unsealed behind HEADROOM, and whether each is
+    /// Packets to send, built unsealed, and whether each is
     /// to be corrupted after sealing.
     out: Vec<Vec<u8>>,
     corrupt: Vec<bool>,
     runs: Vec<(usize, usize)>,
     gso: bool,
     spare: Vec<Vec<u8>>,
+    /// The ICRC's pseudo-header state (one sender, one host: kept).
+    icrc: IcrcCache,
     stats: EmulatorStats,
 }
 
@@ -259,6 +261,7 @@ impl FpgaEmulator {
             runs: Vec::new(),
             gso: cfg.gso,
             spare: Vec::new(),
+            icrc: IcrcCache::default(),
             stats: EmulatorStats::default(),
         })
     }
@@ -345,11 +348,11 @@ impl FpgaEmulator {
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
             bth.ack_req = p.ack_req;
-            // Built behind HEADROOM bytes, sealed when it is known which
-            // segment of which datagram it will be (its IP ID).
+            // Built here, sealed when it is known which segment of which
+            // datagram it will be (its IP ID).
             let mut buf = self.spare.pop().unwrap_or_default();
-            buf.resize(HEADROOM + Packet::wire_len(p.opcode, p.payload.len()), 0);
-            wire::emit(&bth, p.imm, None, p.payload, &mut buf[HEADROOM..]);
+            buf.resize(Packet::wire_len(p.opcode, p.payload.len()), 0);
+            wire::emit(&bth, p.imm, None, p.payload, &mut buf);
             n += 1;
             // A bit of the payload (or, without one, of the BTH's PSN),
             // flipped after the ICRC is computed.
@@ -407,7 +410,7 @@ impl FpgaEmulator {
             dst_port: self.cfg.host.port(),
         };
         if self.gso {
-            crate::net::gso_runs(self.out.iter().map(|b| b.len() - HEADROOM), &mut self.runs);
+            crate::net::gso_runs(self.out.iter().map(|b| b.len()), &mut self.runs);
         } else {
             self.runs.clear();
             self.runs.extend((0..self.out.len()).map(|i| (i, 1)));
@@ -416,7 +419,7 @@ impl FpgaEmulator {
             for k in 0..count {
                 ctx.ip_id = k as u16;
                 let buf = &mut self.out[first + k];
-                ctx.seal_in_headroom(buf);
+                self.icrc.seal(&ctx, buf);
                 if self.corrupt[first + k] {
                     let at = buf.len() - wire::ICRC_LEN - 1;
                     buf[at] ^= 0x10;
@@ -424,12 +427,9 @@ impl FpgaEmulator {
             }
         }
         if !self.gso {
-            return self.io.send_to(self.cfg.host, &self.out, HEADROOM);
+            return self.io.send_to(self.cfg.host, &self.out);
         }
-        match self
-            .io
-            .send_segmented(self.cfg.host, &self.out, HEADROOM, &self.runs)
-        {
+        match self.io.send_segmented(self.cfg.host, &self.out, &self.runs) {
             Err(e) if e.kind() == ErrorKind::Unsupported => {
                 log::warn!(
                     "FPGA emulator: {}; sending one packet per datagram from now on \

@@ -298,13 +298,12 @@ impl UdpIo {
         self.send_iter(pkts.iter().copied())
     }
 
-    /// [`send_batch`](Self::send_batch) of `bufs[i][skip..]`, all to `dst`
-    /// (packets built behind an ICRC headroom).
-    pub fn send_to(&mut self, dst: SocketAddrV4, bufs: &[Vec<u8>], skip: usize) -> Result<usize> {
-        self.send_iter(bufs.iter().map(|b| (dst, &b[skip..])))
+    /// [`send_batch`](Self::send_batch) of `bufs`, all to `dst`.
+    pub fn send_to(&mut self, dst: SocketAddrV4, bufs: &[Vec<u8>]) -> Result<usize> {
+        self.send_iter(bufs.iter().map(|b| (dst, &b[..])))
     }
 
-    /// Sends `bufs[i][skip..]` to `dst` with UDP GSO: each run `(first,
+    /// Sends `bufs` to `dst` with UDP GSO: each run `(first,
     /// count)` (from [`gso_runs`]) as one datagram the kernel segments into
     /// `count` packets of the first one's length (`UDP_SEGMENT`), so a batch
     /// of packets costs one pass through the stack. Segment `k` of a run
@@ -317,7 +316,6 @@ impl UdpIo {
         &mut self,
         dst: SocketAddrV4,
         bufs: &[Vec<u8>],
-        skip: usize,
         runs: &[(usize, usize)],
     ) -> Result<usize> {
         let n = runs.len();
@@ -329,11 +327,10 @@ impl UdpIo {
         self.tx_ctrl.clear();
         for &(first, count) in runs {
             self.tx_names.push(from_v4(&dst));
-            let seg = bufs[first].len() - skip;
+            let seg = bufs[first].len();
             self.tx_ctrl.push(gso_cmsg(seg as u16));
             for b in &bufs[first..first + count] {
-                self.tx_iovs
-                    .push(iovec(b[skip..].as_ptr() as *mut u8, b.len() - skip));
+                self.tx_iovs.push(iovec(b.as_ptr() as *mut u8, b.len()));
             }
         }
         // SAFETY: plain-data struct; zeroed is a valid initial value.
@@ -509,7 +506,7 @@ mod tests {
         let mut runs = Vec::new();
         gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
         assert_eq!(runs, vec![(0, 5), (5, 2)]);
-        assert_eq!(b.send_segmented(to, &bufs, 0, &runs).unwrap(), 7);
+        assert_eq!(b.send_segmented(to, &bufs, &runs).unwrap(), 7);
         let mut got = Vec::new();
         for _ in 0..1000 {
             let n = a.recv_batch().unwrap();

@@ -441,7 +441,7 @@ mod differential {
                     ctx.seal(&mut bufs[first + k]);
                 }
             }
-            let sent = self.fpga.send_segmented(self.to, &bufs, 0, &runs).unwrap();
+            let sent = self.fpga.send_segmented(self.to, &bufs, &runs).unwrap();
             assert_eq!(sent, bufs.len());
         }
     }
@@ -665,7 +665,7 @@ impl Rig {
                 .seal(&mut bufs[first + k]);
             }
         }
-        let sent = self.fpga.send_segmented(self.to, &bufs, 0, &runs).unwrap();
+        let sent = self.fpga.send_segmented(self.to, &bufs, &runs).unwrap();
         assert_eq!(sent, frames.len());
     }
 }
@@ -714,7 +714,7 @@ impl Rig {
             .skip(1)
             .all(|r| r.1 == 2 || r.0 + r.1 == bufs.len()));
         assert_eq!(
-            self.fpga.send_segmented(self.to, &bufs, 0, &runs).unwrap(),
+            self.fpga.send_segmented(self.to, &bufs, &runs).unwrap(),
             bufs.len()
         );
     }

@@ -44,7 +44,7 @@ use crate::server::{
     Backend, BackendCounters, BackendInfo, Completion, CompletionKind, SoftCounters, POLL_BATCH,
 };
 use crate::sys::{poll_readable, random_u32};
-use crate::wire::icrc::{Ipv4Udp, HEADROOM};
+use crate::wire::icrc::{IcrcCache, Ipv4Udp};
 use crate::wire::{Aeth, Bth, Headers, Opcode, Packet, MASK_24};
 use landing::{Planner, Targets};
 use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Restart, Verdict};
@@ -158,8 +158,10 @@ pub(crate) struct SoftBackend {
     rkey: u32,
     posted_before_connect: Vec<u32>,
     link: Option<Link>,
-    /// Reply packets, built behind HEADROOM bytes (kept across batches).
+    /// Reply packets (kept across batches).
     tx: Vec<Vec<u8>>,
+    /// The replies' ICRC pseudo-header state (one peer, one ACK length: kept).
+    icrc: IcrcCache,
     plan: Vec<Landing>,
     planner: Planner,
     /// Something the plan depends on changed (packets placed, slots
@@ -217,6 +219,7 @@ impl SoftBackend {
             posted_before_connect: Vec::new(),
             link: None,
             tx: Vec::new(),
+            icrc: IcrcCache::default(),
             plan: Vec::with_capacity(net::MAX_SEGS.max(POLL_BATCH)),
             planner: Planner::default(),
             replan: true,
@@ -471,11 +474,12 @@ impl SoftBackend {
                 syndrome: r.syndrome,
                 msn: r.msn,
             };
-            ctx.emit_sealed(&bth, None, Some(aeth), &[], &mut self.tx[used]);
+            self.icrc
+                .emit_sealed(&ctx, &bth, None, Some(aeth), &[], &mut self.tx[used]);
             used += 1;
         }
         let dst = SocketAddrV4::new(link.peer_ip, port);
-        let sent = self.io.send_to(dst, &self.tx[..used], HEADROOM)?;
+        let sent = self.io.send_to(dst, &self.tx[..used])?;
         self.own.packets_tx += sent as u64;
         if sent < used {
             log::debug!(

@@ -12,8 +12,8 @@
 pub use super::ipv4udp::{parse_ipv4_udp, split_ipv4_udp, Ipv4Udp};
 use super::{BTH_LEN, ICRC_LEN};
 
-/// Bytes in front of a packet that [`Ipv4Udp::compute_in_headroom`] uses for
-/// the pseudo-header: 8 (LRH stand-in) + 20 (IPv4) + 8 (UDP).
+/// Length of the masked pseudo-header the ICRC starts with: 8 (LRH
+/// stand-in) + 20 (IPv4) + 8 (UDP).
 pub const HEADROOM: usize = 36;
 
 impl Ipv4Udp {
@@ -45,13 +45,32 @@ impl Ipv4Udp {
     }
 
     /// The CRC state after the masked pseudo-header for a UDP payload of
-    /// `pkt_len` bytes (see [`IcrcCache`]).
-    fn pseudo_header_state(&self, pkt_len: usize) -> crc32fast::Hasher {
+    /// `pkt_len` bytes.
+    fn pseudo_header_state(&self, pkt_len: usize) -> u32 {
         let mut hdr = [0u8; HEADROOM];
         self.pseudo_header(pkt_len, &mut hdr);
-        let mut h = crc32fast::Hasher::new();
-        h.update(&hdr);
-        h
+        crc32fast::hash(&hdr)
+    }
+
+    /// [`Ipv4Udp::pseudo_header_state`] with the per-packet fields
+    /// ([`FIELDS_AT`]) zero: what one sender's packets share.
+    fn sender_state(&self) -> u32 {
+        let mut hdr = [0u8; HEADROOM];
+        self.pseudo_header(0, &mut hdr);
+        for at in FIELDS_AT {
+            hdr[at] = 0;
+        }
+        crc32fast::hash(&hdr)
+    }
+
+    /// The pseudo-header's bytes at [`FIELDS_AT`] for a UDP payload of
+    /// `pkt_len` bytes (as [`Ipv4Udp::pseudo_header`] writes them).
+    fn fields(&self, pkt_len: usize) -> [u8; 6] {
+        let udp_len = (8 + pkt_len) as u16;
+        let [l0, l1] = (20 + udp_len).to_be_bytes();
+        let [i0, i1] = self.ip_id.to_be_bytes();
+        let [u0, u1] = udp_len.to_be_bytes();
+        [l0, l1, i0, i1, u0, u1]
     }
 
     /// The ICRC of the UDP payload `pkt` (BTH .. pad, then the 4 ICRC bytes,
@@ -67,58 +86,13 @@ impl Ipv4Udp {
     /// does not hold the whole BTH.
     pub fn compute_parts(&self, parts: &[&[u8]]) -> Option<u32> {
         let total = checked_total(parts)?;
-        crc_from(self.pseudo_header_state(total), parts, total)
+        Some(crc_from(self.pseudo_header_state(total), parts, total))
     }
 
     /// True when the ICRC carried in the last 4 bytes of `parts` (see
     /// [`Ipv4Udp::compute_parts`]) is right.
     pub fn verify_parts(&self, parts: &[&[u8]]) -> bool {
         self.compute_parts(parts) == Some(carried(parts))
-    }
-
-    /// The ICRC of the packet that starts [`HEADROOM`] bytes into `buf`, in one
-    /// CRC pass: the masked IPv4/UDP pseudo-header is written into the
-    /// headroom and the BTH's FECN/BECN byte is masked in place (and restored),
-    /// so crc32fast's folding path covers header and payload together.
-    /// Returns the same value as [`Ipv4Udp::compute`] on `&buf[HEADROOM..]`.
-    pub fn compute_in_headroom(&self, buf: &mut [u8]) -> u32 {
-        assert!(
-            buf.len() >= HEADROOM + BTH_LEN + ICRC_LEN,
-            "buffer shorter than headroom + BTH + ICRC"
-        );
-        let pkt_len = buf.len() - HEADROOM;
-        self.pseudo_header(pkt_len, buf);
-        let fb = buf[HEADROOM + 4];
-        buf[HEADROOM + 4] = 0xff;
-        let crc = crc32fast::hash(&buf[..buf.len() - ICRC_LEN]);
-        buf[HEADROOM + 4] = fb;
-        crc
-    }
-
-    /// [`Ipv4Udp::compute_in_headroom`], stored in the packet's last 4 bytes.
-    pub fn seal_in_headroom(&self, buf: &mut [u8]) {
-        let c = self.compute_in_headroom(buf);
-        let n = buf.len();
-        buf[n - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
-    }
-
-    /// Builds a packet (see [`super::emit`]) into `buf` behind [`HEADROOM`]
-    /// bytes and fills its ICRC in one CRC pass: the packet is
-    /// `buf[HEADROOM..]`. `buf` is resized (kept buffers do not allocate).
-    pub fn emit_sealed(
-        &self,
-        bth: &super::Bth,
-        imm: Option<u32>,
-        aeth: Option<super::Aeth>,
-        payload: &[u8],
-        buf: &mut Vec<u8>,
-    ) {
-        buf.resize(
-            HEADROOM + super::Packet::wire_len(bth.opcode, payload.len()),
-            0,
-        );
-        super::emit(bth, imm, aeth, payload, &mut buf[HEADROOM..]);
-        self.seal_in_headroom(buf);
     }
 
     /// Computes the ICRC of `pkt` and stores it in its last 4 bytes.
@@ -139,33 +113,96 @@ impl Ipv4Udp {
     }
 }
 
-/// The ICRC with the pseudo-header's CRC state kept across packets: packets
-/// from one sender with one length (a stream of equal frames, every ACK)
-/// share their masked IPv4/UDP pseudo-header, so its CRC state is computed
-/// once and cloned; the masked BTH is hashed from the stack, then the
-/// packet's bytes where they are. Nothing is written into the packet right
-/// before the CRC reads it (a store there stalls the wide loads that follow).
-/// The same values as [`Ipv4Udp::compute_parts`].
+/// The ICRC with the pseudo-header's CRC state kept across packets: the
+/// production path (the send paths' [`IcrcCache::emit_sealed`], raw
+/// capture's [`IcrcCache::verify_parts`]). Packets from one sender share
+/// their masked IPv4/UDP pseudo-header but for its lengths and IP ID, so its
+/// CRC state is hashed once per sender and kept (a new length or IP ID is
+/// XORed in by table). The CRC register is linear, so the masked BTH byte is
+/// folded into that start state too: the packet's bytes are read where they
+/// are, in one CRC update from the BTH on. Nothing is written into the packet
+/// (a store right before the CRC's wide loads read it stalls store
+/// forwarding), and no short update runs before the long one (crc32fast
+/// takes a scalar path under 16 bytes). The same values as
+/// [`Ipv4Udp::compute_parts`].
 #[derive(Clone, Default)]
 pub struct IcrcCache {
+    /// The last packet's context and UDP payload length.
     key: Option<(Ipv4Udp, usize)>,
-    state: crc32fast::Hasher,
+    /// The CRC state after the masked pseudo-header for `key`.
+    state: u32,
+    /// The last sender (its context with IP ID 0).
+    sender: Option<Ipv4Udp>,
+    /// [`Ipv4Udp::sender_state`] of `sender`.
+    sender_state: u32,
 }
 
 impl IcrcCache {
+    /// The CRC state after the pseudo-header for a UDP payload of `total`
+    /// bytes from `ctx`: kept for the last length and IP ID; when those
+    /// change (a message's last packet, an FPGA counting IP IDs), the kept
+    /// sender's state with the new fields' bytes XORed in by table
+    /// ([`field_crc`]); only a new sender hashes a pseudo-header.
+    #[inline]
+    fn start(&mut self, ctx: &Ipv4Udp, total: usize) -> u32 {
+        if self.key != Some((*ctx, total)) {
+            let sender = Ipv4Udp { ip_id: 0, ..*ctx };
+            if self.sender != Some(sender) {
+                self.sender_state = sender.sender_state();
+                self.sender = Some(sender);
+            }
+            self.state = self.sender_state ^ field_crc(ctx.fields(total));
+            self.key = Some((*ctx, total));
+        }
+        self.state
+    }
+
     /// [`Ipv4Udp::compute_parts`] through the cache.
     pub fn compute_parts(&mut self, ctx: &Ipv4Udp, parts: &[&[u8]]) -> Option<u32> {
         let total = checked_total(parts)?;
-        if self.key != Some((*ctx, total)) {
-            self.state = ctx.pseudo_header_state(total);
-            self.key = Some((*ctx, total));
-        }
-        crc_from(self.state.clone(), parts, total)
+        Some(crc_from(self.start(ctx, total), parts, total))
     }
 
     /// True when the ICRC carried in the last 4 bytes of `parts` is right.
     pub fn verify_parts(&mut self, ctx: &Ipv4Udp, parts: &[&[u8]]) -> bool {
         self.compute_parts(ctx, parts) == Some(carried(parts))
+    }
+
+    /// [`Ipv4Udp::compute`] through the cache: the ICRC of the UDP payload
+    /// `pkt` (BTH .. pad, then the 4 ICRC bytes, whose value is ignored).
+    /// `pkt` must be at least BTH + ICRC long.
+    #[inline]
+    pub fn compute(&mut self, ctx: &Ipv4Udp, pkt: &[u8]) -> u32 {
+        assert!(
+            pkt.len() >= BTH_LEN + ICRC_LEN,
+            "packet shorter than BTH + ICRC"
+        );
+        crc_from(self.start(ctx, pkt.len()), &[pkt], pkt.len())
+    }
+
+    /// [`IcrcCache::compute`], stored in the packet's last 4 bytes.
+    #[inline]
+    pub fn seal(&mut self, ctx: &Ipv4Udp, pkt: &mut [u8]) {
+        let c = self.compute(ctx, pkt);
+        let n = pkt.len();
+        pkt[n - ICRC_LEN..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    /// Builds a packet from `ctx` (see [`super::emit`]) into `buf`, resized
+    /// to the packet's length (kept buffers do not allocate), and fills its
+    /// ICRC ([`IcrcCache::seal`]): what the send paths put on the wire.
+    pub fn emit_sealed(
+        &mut self,
+        ctx: &Ipv4Udp,
+        bth: &super::Bth,
+        imm: Option<u32>,
+        aeth: Option<super::Aeth>,
+        payload: &[u8],
+        buf: &mut Vec<u8>,
+    ) {
+        buf.resize(super::Packet::wire_len(bth.opcode, payload.len()), 0);
+        super::emit(bth, imm, aeth, payload, buf);
+        self.seal(ctx, buf);
     }
 }
 
@@ -177,21 +214,119 @@ fn checked_total(parts: &[&[u8]]) -> Option<usize> {
     (total >= BTH_LEN + ICRC_LEN && first.len() >= BTH_LEN).then_some(total)
 }
 
-/// The ICRC from `h` (the pseudo-header's state): the BTH masked on the
-/// stack, then every byte up to the ICRC where it lies.
-fn crc_from(mut h: crc32fast::Hasher, parts: &[&[u8]], total: usize) -> Option<u32> {
-    let mut bth = [0u8; BTH_LEN];
-    bth.copy_from_slice(&parts.first()?[..BTH_LEN]);
-    bth[4] = 0xff; // FECN | BECN | resv6 masked
-    h.update(&bth);
-    let mut left = total - BTH_LEN - ICRC_LEN;
-    for (k, p) in parts.iter().enumerate() {
-        let p = if k == 0 { &p[BTH_LEN..] } else { p };
+/// The ICRC from `start` (the CRC state after the pseudo-header): every byte
+/// from the BTH up to the ICRC where it lies, one update per part, with the
+/// masked BTH byte folded into the start state. `parts` passed
+/// [`checked_total`] (`total` bytes, the whole BTH in the first part).
+#[inline]
+fn crc_from(start: u32, parts: &[&[u8]], total: usize) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(start ^ mask_fix(parts[0][MASKED_AT]));
+    let mut left = total - ICRC_LEN;
+    for p in parts {
         let take = p.len().min(left);
         h.update(&p[..take]);
         left -= take;
     }
-    Some(h.finalize())
+    h.finalize()
+}
+
+/// Where the BTH byte the ICRC masks (FECN, BECN, 6 reserved bits) lies.
+const MASKED_AT: usize = 4;
+
+/// What to XOR into the CRC state in front of a packet whose byte
+/// [`MASKED_AT`] is `byte`, so that the CRC of the packet as it is equals
+/// the CRC of the packet with that byte set to 0xFF.
+///
+/// The CRC register is linear: setting the byte to 0xFF XORs `d = byte ^
+/// 0xFF` into the register just before that byte is processed, and a change
+/// of the register propagates through the same later bytes wherever it was
+/// made. So `d` moved back over the [`MASKED_AT`] bytes in front of it, XORed
+/// into the start state, changes the result alike (for any packet length).
+#[inline]
+fn mask_fix(byte: u8) -> u32 {
+    MASK_FIX[(byte ^ 0xff) as usize]
+}
+
+/// [`mask_fix`] for every difference `d`.
+static MASK_FIX: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut d = 0;
+    while d < 256 {
+        t[d] = rewind(d as u32, 8 * MASKED_AT as u32);
+        d += 1;
+    }
+    t
+};
+
+/// Where the pseudo-header's per-packet bytes lie: the IPv4 total length
+/// and ID, the UDP length (big-endian, two bytes each).
+const FIELDS_AT: [usize; 6] = [10, 11, 12, 13, 32, 33];
+
+/// What the pseudo-header's bytes at [`FIELDS_AT`] being `fields` (instead of
+/// zero) XOR into the CRC state after it.
+#[inline]
+fn field_crc(fields: [u8; 6]) -> u32 {
+    let mut x = 0;
+    for (k, v) in fields.into_iter().enumerate() {
+        x ^= FIELD_CRC[k][v as usize];
+    }
+    x
+}
+
+/// [`field_crc`] per byte: a byte `v` at `at` XORs `v` into the register
+/// before byte `at` is processed, which the `HEADROOM - at` bytes from there
+/// on advance.
+static FIELD_CRC: [[u32; 256]; 6] = {
+    let mut t = [[0u32; 256]; 6];
+    let mut k = 0;
+    while k < 6 {
+        t[k] = advanced_bytes(8 * (HEADROOM - FIELDS_AT[k]) as u32);
+        k += 1;
+    }
+    t
+};
+
+/// `advance(v, bits)` for every byte `v`, from the 8 single-bit values (the
+/// register is linear).
+const fn advanced_bytes(bits: u32) -> [u32; 256] {
+    let mut t = [0u32; 256];
+    let mut v = 1;
+    while v < 256 {
+        t[v] = t[v & (v - 1)] ^ advance(1 << v.trailing_zeros(), bits);
+        v += 1;
+    }
+    t
+}
+
+/// The CRC register `r` after `bits` zero bits: `bits` steps
+/// `r -> r >> 1 ^ (POLY if r & 1)`.
+const fn advance(mut r: u32, bits: u32) -> u32 {
+    let mut i = 0;
+    while i < bits {
+        r = (r >> 1) ^ (POLY & 0u32.wrapping_sub(r & 1));
+        i += 1;
+    }
+    r
+}
+
+/// The reflected CRC-32 polynomial (what crc32fast computes).
+const POLY: u32 = 0xedb8_8320;
+
+/// The CRC register `r` that `bits` zero bits advance to the given one: the
+/// inverse of the register's step `r -> r >> 1 ^ (POLY if r & 1)` (the step's
+/// result has its top bit set exactly when the low bit was, as POLY's top
+/// bit is set and `r >> 1`'s is clear).
+const fn rewind(mut r: u32, bits: u32) -> u32 {
+    let mut i = 0;
+    while i < bits {
+        r = if r & 0x8000_0000 != 0 {
+            ((r ^ POLY) << 1) | 1
+        } else {
+            r << 1
+        };
+        i += 1;
+    }
+    r
 }
 
 /// The ICRC carried in the last 4 bytes of `parts` (little-endian).
@@ -239,5 +374,101 @@ mod cache_tests {
         assert!(cache.verify_parts(&ctx, &[&pkt]));
         pkt[50] ^= 1;
         assert!(!cache.verify_parts(&ctx, &[&pkt]));
+    }
+
+    /// The ICRC the slow way: the pseudo-header and a masked copy of the
+    /// packet in one buffer, one CRC.
+    fn masked_copy_icrc(ctx: &Ipv4Udp, pkt: &[u8]) -> u32 {
+        let mut all = vec![0u8; HEADROOM];
+        ctx.pseudo_header(pkt.len(), &mut all);
+        all.extend_from_slice(&pkt[..pkt.len() - ICRC_LEN]);
+        all[HEADROOM + MASKED_AT] = 0xff;
+        crc32fast::hash(&all)
+    }
+
+    #[test]
+    fn the_masked_byte_folded_into_the_start_state_equals_masking_it() {
+        let ctx = Ipv4Udp {
+            src: Ipv4Addr::new(192, 168, 1, 7),
+            dst: Ipv4Addr::new(10, 0, 0, 1),
+            ip_id: 0x1234,
+            dont_fragment: false,
+            src_port: 50000,
+            dst_port: 4791,
+        };
+        let mut cache = IcrcCache::default();
+        for len in [16usize, 17, 31, 64, 100, 255, 2048, 4116, 8212] {
+            let mut pkt: Vec<u8> = (0..len).map(|b| (b * 13 + len) as u8).collect();
+            for byte in 0..=255u8 {
+                pkt[MASKED_AT] = byte;
+                let want = masked_copy_icrc(&ctx, &pkt);
+                assert_eq!(cache.compute(&ctx, &pkt), want, "len {len} byte {byte:#x}");
+                assert_eq!(ctx.compute(&pkt), want, "uncached, len {len}");
+                let (a, b) = pkt.split_at(BTH_LEN + (len - BTH_LEN) / 3);
+                assert_eq!(cache.compute_parts(&ctx, &[a, b]), Some(want));
+            }
+        }
+    }
+
+    #[test]
+    fn the_kept_sender_state_with_the_fields_by_table_equals_hashing_the_pseudo_header() {
+        let mut ctx = Ipv4Udp {
+            src: Ipv4Addr::new(172, 16, 5, 4),
+            dst: Ipv4Addr::new(10, 1, 2, 3),
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: 4791,
+            dst_port: 4791,
+        };
+        let mut cache = IcrcCache::default();
+        let mut x = 0x1234_5678u32;
+        for i in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            ctx.ip_id = x as u16;
+            ctx.dont_fragment = i % 7 != 0; // a new sender now and then
+            let total = 16 + (x >> 16) as usize % 65000;
+            assert_eq!(
+                cache.start(&ctx, total),
+                ctx.pseudo_header_state(total),
+                "ip_id {:#x} total {total}",
+                ctx.ip_id
+            );
+        }
+    }
+
+    #[test]
+    fn emit_sealed_builds_the_packet_with_its_icrc() {
+        use crate::wire::{emit, Aeth, Bth, Opcode, Packet, Syndrome};
+        let ctx = Ipv4Udp {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            ip_id: 0,
+            dont_fragment: true,
+            src_port: 4791,
+            dst_port: 4791,
+        };
+        let mut cache = IcrcCache::default();
+        let mut buf = vec![0xee; 9000]; // a kept, longer buffer
+        for len in [0usize, 3, 4096] {
+            let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut bth = Bth::new(Opcode::SendOnlyImm, 0x42, 77);
+            bth.fb = 0x80; // FECN: masked in the ICRC, kept on the wire
+            cache.emit_sealed(&ctx, &bth, Some(9), None, &payload, &mut buf);
+            let mut want = vec![0u8; Packet::wire_len(Opcode::SendOnlyImm, len)];
+            emit(&bth, Some(9), None, &payload, &mut want);
+            ctx.seal(&mut want);
+            assert_eq!(buf, want, "len {len}");
+            assert_eq!(buf[MASKED_AT], 0x80);
+        }
+        let aeth = Aeth {
+            syndrome: Syndrome::Ack(0x1f),
+            msn: 3,
+        };
+        let bth = Bth::new(Opcode::Acknowledge, 9, 1);
+        cache.emit_sealed(&ctx, &bth, None, Some(aeth), &[], &mut buf);
+        assert_eq!(buf.len(), Packet::wire_len(Opcode::Acknowledge, 0));
+        assert!(ctx.verify(&buf));
     }
 }

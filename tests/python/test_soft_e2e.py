@@ -331,6 +331,41 @@ def test_batch_pull_and_release_in_one_call_each():
         assert e.value.status is rocev2.Status.STOPPED
 
 
+def test_batch_frames_are_views_of_their_bytes_and_threads_polling_at_once_share_none():
+    n, size = 2000, 700
+    with soft_server(depth=64, max_payload=1024) as s:
+        s.complete_connection(FPGA_QPN)
+        p = fpga_sim(s, n, size, wait=False)
+        seen, lock = [], threading.Lock()
+
+        def consume():
+            while True:
+                with lock:
+                    if len(seen) >= n:
+                        return
+                batch = s.poll_frames(16, timeout=0.5)
+                for f in batch:
+                    assert len(f) == size and len(f.data) == size
+                    assert f.data.readonly and f.data.format == "B"
+                    # The view holds the frame's bytes: what the library's in-place check reads.
+                    assert rocev2.pattern_check(f.data) == rocev2.pattern_check(f)
+                    assert f.has_immediate and f.channel in (0, 1, 2)
+                with lock:
+                    seen.extend(rocev2.pattern_check(f) for f in batch)
+                s.release_frames(batch)
+                for f in batch:
+                    with pytest.raises(ValueError):
+                        f.data[0]  # released: the view is gone
+        threads = [threading.Thread(target=consume) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert p.wait(timeout=120) == 0
+        assert sorted(seen) == list(range(n)), "every frame once, to one thread"
+        assert s.stats()["loans_outstanding"] == 0
+
+
 def test_recreate_gives_a_fresh_link_and_old_loans_stay_valid():
     with soft_server(depth=16) as s:
         s.complete_connection(FPGA_QPN)
