@@ -28,10 +28,11 @@ pub struct BenchArgs {
     /// Length of each UDP ceiling run and of each paced run
     #[arg(long, value_name = "S", default_value = "1", value_parser = args::seconds)]
     seconds: f64,
-    /// Messages the emulator keeps un-ACKed in the unpaced end-to-end rows:
-    /// a deep sender, so the rows measure the host, not a sender waiting for
-    /// ACKs (surf fc56630's engine keeps 4: the ACK row always uses 4)
-    #[arg(long, value_name = "MESSAGES", default_value = "64", value_parser = num::<usize>(1, 1024))]
+    /// Messages the emulator keeps un-ACKed in the end-to-end and paced
+    /// rows: as many as the host has slots (256), so the rows measure the
+    /// host, not a sender waiting for ACKs (surf fc56630's engine keeps 4:
+    /// the ACK row always uses 4)
+    #[arg(long, value_name = "MESSAGES", default_value = "256", value_parser = num::<usize>(1, 1024))]
     window: usize,
     /// Which rows (default: all)
     #[arg(long, value_name = "ROWS", value_delimiter = ',')]
