@@ -57,9 +57,11 @@ pub(crate) trait Backend: Send {
     fn connect(&mut self, params: &ConnectParams, fpga_gid: Gid, sq_psn: u32) -> Result<()>;
     /// Appends ready completions to `out` without blocking (at most POLL_BATCH).
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()>;
-    /// Arms the completion notification before blocking (the core polls once
-    /// more after arming, so no completion is missed).
-    fn arm(&mut self) -> Result<()>;
+    /// Arms the completion notification before blocking; true when the core
+    /// must poll once more before it blocks (verbs: a completion that came
+    /// before the CQ was armed raises no event), false when `block` sees
+    /// what is ready by itself (a socket's poll).
+    fn arm(&mut self) -> Result<bool>;
     /// Blocks until a completion may be ready or `wake_fd` is readable.
     fn block(&mut self, wake_fd: RawFd) -> Result<()>;
     /// Where its own counters can be read from any thread (none by default).

@@ -52,8 +52,8 @@ impl Backend for RingSource {
         }
         Ok(())
     }
-    fn arm(&mut self) -> Result<()> {
-        Ok(())
+    fn arm(&mut self) -> Result<bool> {
+        Ok(true)
     }
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
         crate::sys::poll_readable(&[wake_fd], 10).map(|_| ())

@@ -68,8 +68,8 @@ impl Backend for MemBackend {
         }
         Ok(())
     }
-    fn arm(&mut self) -> Result<()> {
-        Ok(())
+    fn arm(&mut self) -> Result<bool> {
+        Ok(true)
     }
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
         poll_readable_both(self.notify.raw(), wake_fd);

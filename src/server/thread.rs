@@ -97,8 +97,9 @@ impl ServerCore {
                 continue;
             }
             spin.parked();
-            // Park: announce it, re-check the release ring, arm, poll once more,
-            // then block until a completion or a wake-up (release or stop).
+            // Park: announce it, re-check the release ring, arm (and poll once
+            // more if the backend needs it), then block until a completion or a
+            // wake-up (release or stop).
             // (The local list is empty here: taken above, and no frame was
             // handed out since.)
             self.parked.store(true, Ordering::SeqCst);
@@ -107,8 +108,9 @@ impl ServerCore {
                 self.parked.store(false, Ordering::SeqCst);
                 continue;
             }
-            backend.arm()?;
-            backend.poll(&mut rx.completions)?;
+            if backend.arm()? {
+                backend.poll(&mut rx.completions)?;
+            }
             if rx.completions.is_empty() {
                 bump(&self.counters.parks, 1);
                 backend.block(self.wake.raw())?;

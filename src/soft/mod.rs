@@ -54,6 +54,9 @@ use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Restart,
 /// messages and at the end of every receive batch.
 pub(crate) const ACK_EVERY: u32 = 4;
 
+/// How often a blocking receive thread reads the kernel's drop count.
+const DROPS_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// True when this process may open the raw capture socket that checks
 /// received ICRCs (CAP_NET_RAW in its network namespace).
 pub fn raw_capture_allowed() -> bool {
@@ -167,8 +170,10 @@ pub(crate) struct SoftBackend {
     /// Something the plan depends on changed (packets placed, slots
     /// posted): plan anew before the next receive, else keep the last plan.
     replan: bool,
-    /// Idle polls since the kernel's drop count was last read.
+    /// Idle polls since the kernel's drop count was last read, and when it
+    /// was read (and packets received by then).
     idle_polls: u32,
+    drops_read_at: (std::time::Instant, u64),
 }
 
 impl SoftBackend {
@@ -224,11 +229,13 @@ impl SoftBackend {
             planner: Planner::default(),
             replan: true,
             idle_polls: 0,
+            drops_read_at: (std::time::Instant::now(), 0),
         })
     }
 
     fn read_kernel_drops(&mut self) {
         self.idle_polls = 0;
+        self.drops_read_at = (std::time::Instant::now(), self.own.packets_rx);
         let drops = self.io.kernel_drops();
         let before = self.counters.socket_drops.swap(drops, Ordering::Relaxed);
         if drops > before {
@@ -622,15 +629,29 @@ impl Backend for SoftBackend {
         r
     }
 
-    fn arm(&mut self) -> Result<()> {
-        Ok(())
+    fn arm(&mut self) -> Result<bool> {
+        // block() polls the sockets: what is waiting wakes it at once.
+        Ok(false)
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
-        self.read_kernel_drops();
+        // The kernel's drop count: read at most every DROPS_EVERY of blocking
+        // (a syscall a wake-up need not pay); a count owed from packets since
+        // the last read is read when the link stays idle that long.
+        let now = std::time::Instant::now();
+        let owed = self.own.packets_rx != self.drops_read_at.1;
+        if owed && now.duration_since(self.drops_read_at.0) >= DROPS_EVERY {
+            self.read_kernel_drops();
+        }
+        let owed = self.own.packets_rx != self.drops_read_at.1;
+        let timeout = if owed {
+            DROPS_EVERY.as_millis() as i32
+        } else {
+            -1
+        };
         // In raw capture mode the UDP socket still gets what enters through
         // another interface: wait on both.
-        poll_readable(&[self.io.rx_fd(), self.io.fd(), wake_fd], -1).map(|_| ())
+        poll_readable(&[self.io.rx_fd(), self.io.fd(), wake_fd], timeout).map(|_| ())
     }
 
     fn counters(&self) -> BackendCounters {

@@ -260,6 +260,20 @@ impl Responder {
     }
 
     fn reply(&mut self, syndrome: Syndrome, psn: u32) {
+        // An ACK is cumulative: one still pending (the same receive batch:
+        // replies leave together at its end) is replaced by the later one,
+        // so a batch of many messages sends one ACK, not one per 4 messages
+        // that would leave at the same moment.
+        if let (Syndrome::Ack(_), Some(last)) = (syndrome, self.replies.last_mut()) {
+            if matches!(last.syndrome, Syndrome::Ack(_)) {
+                *last = Reply {
+                    syndrome,
+                    psn,
+                    msn: self.msn,
+                };
+                return;
+            }
+        }
         match syndrome {
             Syndrome::Ack(_) => self.stats.acks += 1,
             Syndrome::RnrNak(_) => self.stats.rnr_naks += 1,

@@ -387,18 +387,45 @@ fn foreign_qp_is_dropped_silently() {
 
 #[test]
 fn acks_are_coalesced_every_8_and_on_flush() {
-    let mut r = resp(0, 32);
-    for p in 0..16 {
+    let mut r = resp(0, 40);
+    for p in 0..8 {
         r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4);
     }
-    assert_eq!(replies(&mut r), vec![ack(7, 8), ack(15, 16)]);
-    for p in 16..19 {
+    assert_eq!(replies(&mut r), vec![ack(7, 8)]);
+    // ACKs of one batch (replies not yet taken) are cumulative: the later
+    // replaces the pending one, and only what is sent is counted.
+    for p in 8..24 {
+        r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4);
+    }
+    assert_eq!(replies(&mut r), vec![ack(23, 24)]);
+    assert_eq!(r.stats().acks, 2);
+    // A NAK in between is kept, and ACKs on either side of it too.
+    r.on_packet(&pkt(Opcode::SendOnlyImm, 24), Some(24), 4);
+    r.flush();
+    r.on_packet(&pkt(Opcode::SendOnlyImm, 26), Some(26), 4);
+    assert_eq!(
+        replies(&mut r),
+        vec![
+            ack(24, 25),
+            Reply {
+                syndrome: Syndrome::PsnSeqErr,
+                psn: 25,
+                msn: 25
+            }
+        ]
+    );
+    for p in 25..32 {
         r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4);
     }
     r.flush();
-    assert_eq!(replies(&mut r), vec![ack(18, 19)]);
+    assert_eq!(replies(&mut r), vec![ack(31, 32)]);
+    for p in 32..35 {
+        r.on_packet(&pkt(Opcode::SendOnlyImm, p), Some(p), 4);
+    }
+    r.flush();
+    assert_eq!(replies(&mut r), vec![ack(34, 35)]);
     // Packets without AckReq are not acknowledged on their own.
-    let mut b = pkt(Opcode::SendOnlyImm, 19);
+    let mut b = pkt(Opcode::SendOnlyImm, 35);
     b.ack_req = false;
     r.on_packet(&b, Some(0), 4);
     r.flush();

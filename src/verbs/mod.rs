@@ -608,8 +608,8 @@ impl Backend for VerbsBackend {
         Ok(())
     }
 
-    fn arm(&mut self) -> Result<()> {
-        self.cq.arm()
+    fn arm(&mut self) -> Result<bool> {
+        self.cq.arm().map(|()| true)
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<()> {
