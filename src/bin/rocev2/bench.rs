@@ -186,9 +186,12 @@ fn server_line(runs: &[E2e]) -> String {
     let acks = mmm(runs.iter().map(|r| r.acks_per_frame).collect());
     let copied = mmm(runs.iter().map(|r| r.copied_per_frame).collect());
     let emu = mmm(runs.iter().map(|r| r.emulator_ns_per_frame).collect());
+    let resent: u64 = runs.iter().map(|r| r.retransmits).sum();
+    let naks: u64 = runs.iter().map(|r| r.naks).sum();
+    let drops: u64 = runs.iter().map(|r| r.socket_drops).sum();
     format!(
         "CPU per frame: server thread {:.0}/{:.0}/{:.0} ns (spinning included), emulator {:.0} ns; \
-         {:.3} ACKs, {:.3} copies per frame",
+         {:.3} ACKs, {:.3} copies per frame; in all runs {resent} resent, {naks} NAKs, {drops} socket drops",
         busy.0, busy.1, busy.2, emu.1, acks.1, copied.1
     )
 }
