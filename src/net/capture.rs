@@ -22,60 +22,8 @@ impl UdpIo {
     pub(crate) fn enable_raw_capture(&mut self) -> Result<String> {
         let local = self.local_addr()?;
         let (ifindex, ifname) = interface_of(*local.ip())?;
-        // Ethernet (1) or loopback (772): a 14-byte link header in front of
-        // the IP header, which the capture reads (SOCK_RAW: the only packet
-        // socket type that tells GSO super-packets' segment size).
-        let hw =
-            std::fs::read_to_string(format!("/sys/class/net/{ifname}/type")).unwrap_or_default();
-        if !matches!(hw.trim(), "1" | "772") {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "raw capture (to check received ICRCs) reads Ethernet and loopback \
-                     interfaces; {ifname} has link type {:?}: set icrc_check to off",
-                    hw.trim()
-                ),
-            ));
-        }
-        // Protocol 0: the socket receives nothing until bind() names one,
-        // after its filter is attached, so no unfiltered packet (another
-        // link's data, ACKs) is ever queued on it.
-        // SAFETY: plain syscall; the result is checked and owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::new(
-                if e.kind() == std::io::ErrorKind::PermissionDenied {
-                    ErrorKind::Unsupported
-                } else {
-                    ErrorKind::Io
-                },
-                format!(
-                    "raw capture on {ifname} (to check received ICRCs): socket(AF_PACKET): {e} — \
-                     it needs CAP_NET_RAW: run as root or `setcap cap_net_raw+ep` the program, \
-                     or set the device's icrc_check to off"
-                ),
-            ));
-        }
-        // SAFETY: fd is a fresh socket we own from here on.
-        let raw = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Each packet comes behind a virtio-net header, which tells a GSO
-        // super-packet (a sender on this host, over lo or a veth, is never
-        // segmented) and its segment size, so its segments can be split and
-        // each ICRC checked.
-        setsockopt_int(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_VNET_HDR,
-            1,
-            "setsockopt(PACKET_VNET_HDR) on the raw capture socket",
-        )?;
+        check_link_type(&ifname)?;
+        let raw = packet_socket(&ifname)?;
         let prog = capture_filter(*local.ip(), local.port());
         attach_filter(raw.as_raw_fd(), &prog, "the raw capture filter")?;
         // SAFETY: plain-data struct; zeroed is a valid initial value.
@@ -97,7 +45,13 @@ impl UdpIo {
                 std::io::Error::last_os_error(),
             ));
         }
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20, "SO_RCVBUF");
+        let _ = setsockopt_int(
+            raw.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            8 << 20,
+            "SO_RCVBUF",
+        );
         // The UDP socket stops queueing what the capture socket reads: all
         // that enters through the captured interface. What enters elsewhere
         // (a multi-homed host) still arrives there, unchecked but not lost.
@@ -118,6 +72,68 @@ impl UdpIo {
         while self.sock.recv_from(&mut scratch).is_ok() {}
         Ok(ifname)
     }
+}
+
+/// Raw capture reads Ethernet (1) and loopback (772) links: a 14-byte link
+/// header in front of the IP header (SOCK_RAW: the only packet socket type
+/// that tells GSO super-packets' segment size).
+fn check_link_type(ifname: &str) -> Result<()> {
+    let hw = std::fs::read_to_string(format!("/sys/class/net/{ifname}/type")).unwrap_or_default();
+    if matches!(hw.trim(), "1" | "772") {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "raw capture (to check received ICRCs) reads Ethernet and loopback interfaces; \
+             {ifname} has link type {:?}: set icrc_check to off",
+            hw.trim()
+        ),
+    ))
+}
+
+/// A non-blocking AF_PACKET SOCK_RAW socket with virtio-net headers, bound
+/// to no protocol yet: it receives nothing until bind() names one, after
+/// its filter is attached, so no unfiltered packet (another link's data,
+/// ACKs) is ever queued on it.
+fn packet_socket(ifname: &str) -> Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is checked and owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::new(
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                ErrorKind::Unsupported
+            } else {
+                ErrorKind::Io
+            },
+            format!(
+                "raw capture on {ifname} (to check received ICRCs): socket(AF_PACKET): {e} — \
+                 it needs CAP_NET_RAW: run as root or `setcap cap_net_raw+ep` the program, \
+                 or set the device's icrc_check to off"
+            ),
+        ));
+    }
+    // SAFETY: fd is a fresh socket we own from here on.
+    let raw = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Each packet comes behind a virtio-net header, which tells a GSO
+    // super-packet (a sender on this host, over lo or a veth, is never
+    // segmented) and its segment size, so its segments can be split and
+    // each ICRC checked.
+    setsockopt_int(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_VNET_HDR,
+        1,
+        "setsockopt(PACKET_VNET_HDR) on the raw capture socket",
+    )?;
+    Ok(raw)
 }
 
 const BPF_LD: u16 = 0x00;
