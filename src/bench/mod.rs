@@ -44,39 +44,7 @@ impl Rate {
 /// Sends datagrams of `size` bytes from one thread to another over loopback
 /// for `duration`, 16 per sendmmsg, and returns the receiver's rate.
 pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
-    let mut rx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 64)?;
-    let to = rx.local_addr()?;
-    let mut tx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let sender = std::thread::spawn(move || -> Result<()> {
-        let buf = vec![0xa5u8; size];
-        let pkts: Vec<(SocketAddrV4, &[u8])> = (0..16).map(|_| (to, &buf[..])).collect();
-        while !stop2.load(Ordering::Relaxed) {
-            if tx.send_batch(&pkts)? < pkts.len() {
-                std::thread::yield_now();
-            }
-        }
-        Ok(())
-    });
-    // Warm up, then count.
-    let warm = Instant::now() + Duration::from_millis(50);
-    while Instant::now() < warm {
-        rx.recv_batch()?;
-    }
-    let t0 = Instant::now();
-    let mut n = 0u64;
-    while t0.elapsed() < duration {
-        let got = rx.recv_batch()?;
-        if got == 0 {
-            poll_readable(&[rx.fd()], 10)?;
-        }
-        n += got as u64;
-    }
-    let elapsed = t0.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    sender.join().expect("sender thread")?;
-    Ok(Rate::of(n, n * size as u64, elapsed))
+    ceiling(size, duration, false)
 }
 
 /// Sends datagrams of `size` bytes from one thread to another over loopback
@@ -84,23 +52,41 @@ pub fn udp_ceiling(size: usize, duration: Duration) -> Result<Rate> {
 /// into a receiver with UDP GRO on, and returns the receiver's rate in
 /// datagrams (segments): what the kernel allows when nobody pays per packet.
 pub fn gso_gro_ceiling(size: usize, duration: Duration) -> Result<Rate> {
+    ceiling(size, duration, true)
+}
+
+/// A sender thread and a receiver (this thread) moving `size`-byte
+/// datagrams for `duration`: plain sendmmsg/recvmmsg, or GSO into GRO.
+fn ceiling(size: usize, duration: Duration, merged: bool) -> Result<Rate> {
     let mut rx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 64)?;
-    rx.enable_gro();
+    if merged {
+        rx.enable_gro();
+    }
     let to = rx.local_addr()?;
     let mut tx = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1)?;
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let sender = std::thread::spawn(move || -> Result<()> {
-        let bufs: Vec<Vec<u8>> = (0..64).map(|_| vec![0xa5u8; size]).collect();
+        let bufs: Vec<Vec<u8>> = (0..if merged { 64 } else { 16 })
+            .map(|_| vec![0xa5u8; size])
+            .collect();
         let mut runs = Vec::new();
-        crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
+        if merged {
+            crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
+        }
         while !stop2.load(Ordering::Relaxed) {
-            if tx.send_segmented(to, &bufs, &runs)? < bufs.len() {
+            let sent = if merged {
+                tx.send_segmented(to, &bufs, &runs)?
+            } else {
+                tx.send_to(to, &bufs)?
+            };
+            if sent < bufs.len() {
                 std::thread::yield_now();
             }
         }
         Ok(())
     });
+    // Warm up, then count.
     let warm = Instant::now() + Duration::from_millis(50);
     while Instant::now() < warm {
         rx.recv_batch()?;

@@ -291,14 +291,15 @@ impl UdpIo {
         self.via_udp
     }
 
-    /// Sends datagrams (`(destination, bytes)`) with as few sendmmsg calls as
-    /// possible; returns how many the kernel took (a full send buffer or an
-    /// ICMP error drops the rest, as the network may).
+    #[cfg(test)]
+    /// Sends datagrams (`(destination, bytes)`), as [`send_to`](Self::send_to).
     pub fn send_batch(&mut self, pkts: &[(SocketAddrV4, &[u8])]) -> Result<usize> {
         self.send_iter(pkts.iter().copied())
     }
 
-    /// [`send_batch`](Self::send_batch) of `bufs`, all to `dst`.
+    /// Sends `bufs`, one datagram each, to `dst` with as few sendmmsg calls
+    /// as possible; returns how many the kernel took (a full send buffer or
+    /// an ICMP error drops the rest, as the network may).
     pub fn send_to(&mut self, dst: SocketAddrV4, bufs: &[Vec<u8>]) -> Result<usize> {
         self.send_iter(bufs.iter().map(|b| (dst, &b[..])))
     }
@@ -354,37 +355,7 @@ impl UdpIo {
             m.msg_flags = 0;
             at += count;
         }
-        let mut sent = 0;
-        while sent < n {
-            // SAFETY: the arrays hold n entries, valid from `sent`; the
-            // iovecs point into `bufs`, only read, which outlive this call;
-            // the control buffers are ours.
-            let k = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    self.tx_msgs.as_mut_ptr().add(sent),
-                    (n - sent) as u32,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if k < 0 {
-                let e = std::io::Error::last_os_error();
-                match (e.kind(), e.raw_os_error()) {
-                    (std::io::ErrorKind::Interrupted, _) => continue,
-                    (std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused, _) => {
-                        break
-                    }
-                    (_, Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EMSGSIZE)) => {
-                        return Err(Error::new(
-                            crate::error::ErrorKind::Unsupported,
-                            format!("UDP GSO send to {dst} refused ({e})"),
-                        ))
-                    }
-                    _ => return Err(Error::io("sendmmsg (UDP GSO)", e)),
-                }
-            }
-            sent += k as usize;
-        }
+        let sent = self.send_prepared(n, Some(dst))?;
         Ok(runs[..sent].iter().map(|r| r.1).sum())
     }
 
@@ -416,11 +387,20 @@ impl UdpIo {
             m.msg_hdr.msg_iov = iov;
             m.msg_hdr.msg_iovlen = 1;
         }
+        self.send_prepared(n, None)
+    }
+
+    /// Sends the first `n` messages prepared in `tx_msgs` with as few
+    /// sendmmsg calls as possible; returns how many the kernel took (a full
+    /// send buffer or an ICMP error drops the rest, as the network may).
+    /// With `gso` (their destination), a refusal to segment is an error of
+    /// kind `Unsupported`.
+    fn send_prepared(&mut self, n: usize, gso: Option<SocketAddrV4>) -> Result<usize> {
         let mut sent = 0;
         while sent < n {
-            // SAFETY: the arrays hold n entries, valid from `sent`; the
+            // SAFETY: the arrays hold n entries, valid from `sent`; their
             // iovecs point into the caller's byte slices, only read, which
-            // outlive this call.
+            // outlive this call; names and control buffers are ours.
             let k = unsafe {
                 libc::sendmmsg(
                     self.sock.as_raw_fd(),
@@ -431,10 +411,21 @@ impl UdpIo {
             };
             if k < 0 {
                 let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    std::io::ErrorKind::Interrupted => continue,
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused => {
-                        return Ok(sent)
+                match (e.kind(), e.raw_os_error(), gso) {
+                    (std::io::ErrorKind::Interrupted, ..) => continue,
+                    (
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused,
+                        ..,
+                    ) => break,
+                    (
+                        _,
+                        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EMSGSIZE),
+                        Some(dst),
+                    ) => {
+                        return Err(Error::new(
+                            crate::error::ErrorKind::Unsupported,
+                            format!("UDP GSO send to {dst} refused ({e})"),
+                        ))
                     }
                     _ => return Err(Error::io("sendmmsg", e)),
                 }

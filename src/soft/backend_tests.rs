@@ -415,7 +415,6 @@ mod differential {
         /// Sends `pkts` as UDP GSO datagrams of equal-length runs, segment
         /// k sealed for IP ID k.
         fn send_merged(&mut self, pkts: &[(Opcode, u32, Option<u32>, Vec<u8>)]) {
-            let from = self.fpga.local_addr().unwrap();
             let mut bufs: Vec<Vec<u8>> = pkts
                 .iter()
                 .map(|(op, psn, imm, data)| {
@@ -426,23 +425,7 @@ mod differential {
                     buf
                 })
                 .collect();
-            let mut runs = Vec::new();
-            crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
-            for &(first, count) in &runs {
-                for k in 0..count {
-                    let ctx = Ipv4Udp {
-                        src: *from.ip(),
-                        dst: *self.to.ip(),
-                        ip_id: k as u16,
-                        dont_fragment: true,
-                        src_port: from.port(),
-                        dst_port: self.to.port(),
-                    };
-                    ctx.seal(&mut bufs[first + k]);
-                }
-            }
-            let sent = self.fpga.send_segmented(self.to, &bufs, &runs).unwrap();
-            assert_eq!(sent, bufs.len());
+            self.send_sealed_runs(&mut bufs);
         }
     }
 
@@ -636,11 +619,47 @@ fn kernel_drops_at_a_full_socket_are_counted() {
 }
 
 impl Rig {
+    /// Polls until `f.len()` frames completed, checks each against `f`
+    /// (immediates from `tag`), and posts their slots again.
+    fn expect_and_repost(&mut self, f: &[Vec<u8>], tag: u32) {
+        let done = self.poll(f.len());
+        for (k, c) in done.iter().enumerate() {
+            self.check(c, &f[k], tag + k as u32);
+        }
+        let slots: Vec<u32> = done.iter().map(|c| c.slot).collect();
+        self.be.post_recv(&slots).unwrap();
+    }
+
+    /// Sends `bufs` (packets, ICRC unsealed) as UDP GSO datagrams of
+    /// equal-length runs, segment k sealed for IP ID k as the kernel numbers
+    /// the segments.
+    fn send_sealed_runs(&mut self, bufs: &mut [Vec<u8>]) {
+        let from = self.fpga.local_addr().unwrap();
+        let mut runs = Vec::new();
+        crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
+        for &(first, count) in &runs {
+            for k in 0..count {
+                let ctx = Ipv4Udp {
+                    src: *from.ip(),
+                    dst: *self.to.ip(),
+                    ip_id: k as u16,
+                    dont_fragment: true,
+                    src_port: from.port(),
+                    dst_port: self.to.port(),
+                };
+                ctx.seal(&mut bufs[first + k]);
+            }
+        }
+        let sent = self.fpga.send_segmented(self.to, bufs, &runs).unwrap();
+        assert_eq!(sent, bufs.len());
+    }
+}
+
+impl Rig {
     /// Sends `frames` as SEND_ONLY_WITH_IMMEDIATE packets through UDP GSO
     /// (one datagram per run of equal sizes, segment k sealed for IP ID k,
     /// as the kernel numbers the segments); immediates from `imm`.
     fn send_gso(&mut self, frames: &[Vec<u8>], imm: u32) {
-        let from = self.fpga.local_addr().unwrap();
         let mut bufs = Vec::new();
         for (k, f) in frames.iter().enumerate() {
             let mut bth = Bth::new(Opcode::SendOnlyImm, self.qpn(), self.psn);
@@ -650,23 +669,7 @@ impl Rig {
             bufs.push(buf);
             self.psn = wire::psn::add(self.psn, 1);
         }
-        let mut runs = Vec::new();
-        crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
-        for &(first, count) in &runs {
-            for k in 0..count {
-                Ipv4Udp {
-                    src: *from.ip(),
-                    dst: *self.to.ip(),
-                    ip_id: k as u16,
-                    dont_fragment: true,
-                    src_port: from.port(),
-                    dst_port: self.to.port(),
-                }
-                .seal(&mut bufs[first + k]);
-            }
-        }
-        let sent = self.fpga.send_segmented(self.to, &bufs, &runs).unwrap();
-        assert_eq!(sent, frames.len());
+        self.send_sealed_runs(&mut bufs);
     }
 }
 
@@ -675,7 +678,6 @@ impl Rig {
     /// each) through UDP GSO as a NIC's GRO would merge them: FIRST alone,
     /// then each LAST with the next (shorter) FIRST.
     fn send_gso_pairs(&mut self, frames: &[Vec<u8>], imm: u32, pmtu: usize) {
-        let from = self.fpga.local_addr().unwrap();
         let mut bufs = Vec::new();
         for (k, f) in frames.iter().enumerate() {
             for (j, c) in f.chunks(pmtu).enumerate() {
@@ -694,29 +696,7 @@ impl Rig {
                 self.psn = wire::psn::add(self.psn, 1);
             }
         }
-        let mut runs = Vec::new();
-        crate::net::gso_runs(bufs.iter().map(|b| b.len()), &mut runs);
-        for &(first, count) in &runs {
-            for k in 0..count {
-                let ctx = Ipv4Udp {
-                    src: *from.ip(),
-                    dst: *self.to.ip(),
-                    ip_id: k as u16,
-                    dont_fragment: true,
-                    src_port: from.port(),
-                    dst_port: self.to.port(),
-                };
-                ctx.seal(&mut bufs[first + k]);
-            }
-        }
-        assert!(runs
-            .iter()
-            .skip(1)
-            .all(|r| r.1 == 2 || r.0 + r.1 == bufs.len()));
-        assert_eq!(
-            self.fpga.send_segmented(self.to, &bufs, &runs).unwrap(),
-            bufs.len()
-        );
+        self.send_sealed_runs(&mut bufs);
     }
 }
 
@@ -728,12 +708,7 @@ fn merges_that_begin_mid_message_are_learned_and_land_in_place() {
     for n in [6usize, 6, 6, 10] {
         let f: Vec<Vec<u8>> = (0..n).map(|k| payload(tag + k as u32, 512)).collect();
         r.send_gso_pairs(&f, tag, 256);
-        let done = r.poll(n);
-        for (k, c) in done.iter().enumerate() {
-            r.check(c, &f[k], tag + k as u32);
-        }
-        r.be.post_recv(&done.iter().map(|c| c.slot).collect::<Vec<_>>())
-            .unwrap();
+        r.expect_and_repost(&f, tag);
         tag += n as u32;
         counts.push(r.counts());
     }
@@ -750,12 +725,7 @@ fn merged_datagrams_land_segment_by_segment_in_their_slots() {
     let mut batch = |r: &mut Rig, n: usize| {
         let f: Vec<Vec<u8>> = (0..n).map(|k| payload(tag + k as u32, 1000)).collect();
         r.send_gso(&f, tag);
-        let done = r.poll(n);
-        for (k, c) in done.iter().enumerate() {
-            r.check(c, &f[k], tag + k as u32);
-        }
-        r.be.post_recv(&done.iter().map(|c| c.slot).collect::<Vec<_>>())
-            .unwrap();
+        r.expect_and_repost(&f, tag);
         tag += n as u32;
     };
     // The first merged datagram teaches the size and that datagrams merge
@@ -791,12 +761,7 @@ fn merged_segments_of_another_size_are_copied_not_lost() {
     for size in [600usize, 1200] {
         let g: Vec<Vec<u8>> = (0..8).map(|k| payload(100 + k, size)).collect();
         r.send_gso(&g, 100);
-        let done = r.poll(8);
-        for (k, c) in done.iter().enumerate() {
-            r.check(c, &g[k], 100 + k as u32);
-        }
-        r.be.post_recv(&done.iter().map(|c| c.slot).collect::<Vec<_>>())
-            .unwrap();
+        r.expect_and_repost(&g, 100);
     }
     let (direct, copied) = r.counts();
     assert_eq!(direct + copied, before.0 + before.1 + 16);
@@ -812,12 +777,7 @@ fn raw_capture_splits_gso_super_packets_and_checks_each_segment() {
     for round in 0..3u32 {
         let f: Vec<Vec<u8>> = (0..10).map(|k| payload(round * 10 + k, 2000)).collect();
         r.send_gso(&f, round * 10);
-        let done = r.poll(10);
-        for (k, c) in done.iter().enumerate() {
-            r.check(c, &f[k], round * 10 + k as u32);
-        }
-        r.be.post_recv(&done.iter().map(|c| c.slot).collect::<Vec<_>>())
-            .unwrap();
+        r.expect_and_repost(&f, round * 10);
     }
     let s = r.counters.snapshot();
     assert_eq!(

@@ -60,6 +60,17 @@ enum Row {
 
 const RUNS: usize = 3;
 
+/// The runs' ratios (first field) min / median / max, and the run with the
+/// median ratio.
+fn median_run<A, B>(runs: &[(f64, A, B)]) -> ((f64, f64, f64), &(f64, A, B)) {
+    let ratio = mmm(runs.iter().map(|p| p.0).collect());
+    let mid = runs
+        .iter()
+        .find(|p| p.0 == ratio.1)
+        .expect("the median run");
+    (ratio, mid)
+}
+
 /// Three figures' min / median / max.
 fn mmm(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -159,11 +170,7 @@ fn e2e_rows(frames: u64, secs: Duration, window: usize) -> Result<(), Fail> {
             let c = udp_ceiling(dg, secs).map_err(&e)?;
             runs.push((r.rate.per_sec * pkts / c.per_sec, r, c));
         }
-        let ratio = mmm(runs.iter().map(|p| p.0).collect());
-        let mid = runs
-            .iter()
-            .find(|p| p.0 == ratio.1)
-            .expect("the median run");
+        let (ratio, mid) = median_run(&runs);
         row(
             &format!("soft e2e, {size} B frames"),
             &format!(
@@ -219,11 +226,7 @@ fn icrc_e2e_rows(frames: u64, window: usize) -> Result<(), Fail> {
             let u = soft_end_to_end(unchecked).map_err(&e)?;
             runs.push((c.rate.per_sec / u.rate.per_sec, c, u));
         }
-        let ratio = mmm(runs.iter().map(|p| p.0).collect());
-        let mid = runs
-            .iter()
-            .find(|p| p.0 == ratio.1)
-            .expect("the median run");
+        let (ratio, mid) = median_run(&runs);
         row(
             &format!("soft e2e, {size} B frames, rx ICRC checked"),
             &format!(
