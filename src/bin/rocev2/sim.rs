@@ -66,9 +66,9 @@ pub struct FpgaSimArgs {
     /// Frames per second at most, released every 20 us as a NIC's interrupt coalescing would (default: as fast as the window allows)
     #[arg(long, value_name = "F/S", value_parser = num::<u64>(1, 100_000_000))]
     rate: Option<u64>,
-    /// Send one packet per datagram instead of bursts of equal packets as one UDP GSO datagram (UDP_SEGMENT; the kernel or NIC cuts them, segment k with IP ID k)
+    /// Send each burst of equal packets as one UDP GSO datagram (UDP_SEGMENT; the kernel or NIC cuts it, segment k with IP ID k), as a NIC's GRO would hand them to the host
     #[arg(long)]
-    no_gso: bool,
+    gso: bool,
 }
 
 pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
@@ -85,7 +85,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.rnr_retry = a.rnr_retry;
     cfg.restart_after = a.restart_after;
     cfg.first_seq = a.first_seq;
-    cfg.gso = !a.no_gso;
+    cfg.gso = a.gso;
     cfg.rate = a.rate.map(|r| r as f64);
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
