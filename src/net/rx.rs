@@ -545,12 +545,11 @@ impl UdpIo {
                 _ => Err(Error::io("recvmmsg", e)),
             };
         }
-        // Scattered entries pointed into slots the batch now fills: aim
-        // again next time. Whole-datagram entries stay aimed (the kernel
-        // rewrote only their lengths and flags, restored below).
-        if self.rx[..got as usize].iter().any(|rx| rx.scattered) {
-            self.aimed = None;
-        }
+        // The kernel rewrote what it filled (and scattered entries pointed
+        // into slots the batch now fills): aim again next time. (Keeping
+        // whole-datagram entries aimed measured slower: the raw-capture demo
+        // fell from 175k to 115k frames/s.)
+        self.aimed = None;
         self.segs.clear();
         let mut merged = 0usize;
         for i in 0..got as usize {
