@@ -141,13 +141,11 @@ fn hundred_thousand_frames_with_faults_both_ways_arrive_exactly_once_in_order() 
         "{s:?}"
     );
     assert!(e.requester.retransmits > 0);
-    // Losses and reordering miss landing guesses (copies), yet every frame
-    // was placed exactly once.
+    // Losses and reordering miss landing guesses, yet every frame was placed
+    // exactly once (a missed guess whose payload landed at the start of a
+    // posted slot stays there, so copies may be none at all).
     assert_eq!(s.soft().payload_direct + s.soft().payload_copied, 100_000);
-    assert!(
-        s.soft().payload_copied > 0 && s.soft().payload_direct > 0,
-        "{s:?}"
-    );
+    assert!(s.soft().payload_direct > 0, "{s:?}");
 }
 
 #[test]
