@@ -149,6 +149,9 @@ pub fn run(a: RecvArgs) -> Outcome {
             .map_or(a.fpga_ip.to_string(), |ip| ip.to_string())
     );
     let t = receive(&server, &a, &mut rec)?;
+    if a.frames.is_some_and(|n| t.frames >= n) {
+        linger(&server);
+    }
     let s = server.stats();
     let cause = server.end_cause();
     server.stop();
@@ -277,6 +280,24 @@ impl Ticker {
                 d.as_secs_f64()
             ))
         )
+    }
+}
+
+/// After the last frame, keeps answering until the link has been quiet for
+/// a moment: the FPGA may still wait for the ACK of its last messages (one
+/// the network lost is sent again when it resends them); a host gone at
+/// once would leave it retrying until it gives up.
+fn linger(server: &Server) {
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        if server
+            .stats()
+            .since_last_packet
+            .is_some_and(|d| d >= Duration::from_millis(200))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
