@@ -326,17 +326,6 @@ impl RxMsg {
     }
 }
 
-/// True when `fd` has something to read now (a poll that does not wait).
-fn readable_now(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, ours, for the call; timeout 0 never blocks.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
-}
-
 /// Pad + ICRC after a payload of `len` bytes.
 fn tail_len(len: u32) -> usize {
     (4 - len as usize % 4) % 4 + crate::wire::ICRC_LEN
@@ -442,7 +431,7 @@ impl UdpIo {
         // The capture is idle: anything that came in elsewhere? Now and
         // then, and read only when there is (reading re-aims the entries).
         self.fallback_ticks = self.fallback_ticks.wrapping_add(1);
-        if self.fallback_ticks % 16 != 0 || !readable_now(self.sock.as_raw_fd()) {
+        if self.fallback_ticks % 16 != 0 || !crate::sys::readable_now(self.sock.as_raw_fd()) {
             return Ok(0);
         }
         // Whole, unplanned: aimed anew for the capture next time.
