@@ -150,10 +150,11 @@ pub struct Requester {
     /// Buffers of acknowledged messages, for the next ones (no allocation
     /// per frame in a steady stream).
     spent: Vec<Vec<u8>>,
+    /// The most messages ever queued at once: as many spent buffers are
+    /// kept (a caller that never takes them holds at most twice what it
+    /// already had in flight; one that does never allocates again).
+    peak_msgs: usize,
 }
-
-/// Spent buffers kept at most.
-const SPENT_MAX: usize = 64;
 
 impl Requester {
     /// A requester starting at `cfg.start_psn`.
@@ -173,6 +174,7 @@ impl Requester {
             fatal: None,
             stats: RequesterStats::default(),
             spent: Vec::new(),
+            peak_msgs: 0,
         }
     }
 
@@ -184,6 +186,7 @@ impl Requester {
     /// Queues a message (a frame) with its immediate.
     pub fn submit(&mut self, data: Vec<u8>, imm: u32) {
         self.msgs.push_back(Msg { data, imm });
+        self.peak_msgs = self.peak_msgs.max(self.msgs.len());
         self.stats.submitted += 1;
     }
 
@@ -320,7 +323,7 @@ impl Requester {
                 self.first_msg += 1;
                 self.stats.acked += 1;
                 self.stats.bytes_acked += m.data.len() as u64;
-                if self.spent.len() < SPENT_MAX {
+                if self.spent.len() < self.peak_msgs {
                     self.spent.push(m.data);
                 }
             }

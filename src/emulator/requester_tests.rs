@@ -233,3 +233,38 @@ fn rnr_retries_count_anew_after_progress() {
     r.on_ack(0, rnr, now);
     assert!(r.fatal().unwrap().reason.contains("RNR retries exhausted"));
 }
+
+#[test]
+fn acked_buffers_come_back_as_many_as_were_in_flight() {
+    let mut r = Requester::new(RequesterConfig {
+        window: 200,
+        ..cfg()
+    });
+    for i in 0..100u8 {
+        r.submit(vec![i; 10], 0);
+    }
+    let sent = drain(&mut r, 0);
+    assert_eq!(sent.len(), 100);
+    // One ACK for all 100: every buffer is kept for the next 100 frames.
+    r.on_ack(sent[99].0, ack(sent[99].0).1, 1);
+    assert!(r.is_idle());
+    let mut back = 0;
+    while let Some(b) = r.take_spent() {
+        assert_eq!(b.len(), 10);
+        back += 1;
+    }
+    assert_eq!(back, 100);
+    // A caller that never takes them: kept at most as many as its peak.
+    for _ in 0..3 {
+        for i in 0..100u8 {
+            r.submit(vec![i; 10], 0);
+        }
+        let sent = drain(&mut r, 2);
+        r.on_ack(sent[99].0, ack(sent[99].0).1, 3);
+    }
+    let mut kept = 0;
+    while r.take_spent().is_some() {
+        kept += 1;
+    }
+    assert_eq!(kept, 100);
+}
