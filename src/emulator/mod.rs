@@ -20,6 +20,7 @@
 
 pub mod pattern;
 pub mod requester;
+mod tx;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
@@ -35,6 +36,7 @@ use crate::wire::icrc::{IcrcCache, Ipv4Udp};
 use crate::wire::MASK_24;
 use crate::wire::{self, Bth, Opcode, Packet};
 use requester::{Requester, RequesterConfig, RequesterStats};
+use tx::Tx;
 
 /// Seeded fault injection, applied to packets sent and ACKs received.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -231,12 +233,10 @@ pub struct FpgaEmulator {
     start: Instant,
     ring: u32,
     rng: Rng,
-    tx_held: Option<(Vec<u8>, bool)>,
+    tx_held: Option<Tx>,
     rx_held: Option<(u32, wire::Aeth)>,
-    /// Packets to send, built unsealed, and whether each is
-    /// to be corrupted after sealing.
-    out: Vec<Vec<u8>>,
-    corrupt: Vec<bool>,
+    /// Packets to send, built unsealed.
+    out: Vec<Tx>,
     runs: Vec<(usize, usize)>,
     gso: bool,
     spare: Vec<Vec<u8>>,
@@ -262,7 +262,6 @@ impl FpgaEmulator {
             tx_held: None,
             rx_held: None,
             out: Vec::new(),
-            corrupt: Vec::new(),
             runs: Vec::new(),
             gso: cfg.gso,
             spare: Vec::new(),
@@ -353,11 +352,6 @@ impl FpgaEmulator {
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
             bth.ack_req = p.ack_req;
-            // Built here, sealed when it is known which segment of which
-            // datagram it will be (its IP ID).
-            let mut buf = self.spare.pop().unwrap_or_default();
-            buf.resize(Packet::wire_len(p.opcode, p.payload.len()), 0);
-            wire::emit(&bth, p.imm, None, p.payload, &mut buf);
             n += 1;
             // A bit of the payload (or, without one, of the BTH's PSN),
             // flipped after the ICRC is computed.
@@ -365,42 +359,46 @@ impl FpgaEmulator {
             self.stats.corrupted += corrupt as u64;
             if self.rng.chance(f.drop) {
                 self.stats.dropped += 1;
-                self.spare.push(buf);
                 continue;
             }
-            if self.rng.chance(f.duplicate) {
+            let duplicate = self.rng.chance(f.duplicate);
+            let hold = self.tx_held.is_none() && self.rng.chance(f.reorder);
+            // Built here, sealed when it is known which segment of which
+            // datagram it will be (its IP ID).
+            let tx = if corrupt || duplicate || hold {
+                let buf = self.spare.pop().unwrap_or_default();
+                Tx::whole(&bth, p.imm, p.payload, buf, corrupt)
+            } else {
+                Tx::parts(&bth, p.imm, p.span, p.payload.len())
+            };
+            if duplicate {
                 self.stats.duplicated += 1;
-                self.queue(buf.clone(), corrupt);
+                self.out.push(tx.clone());
             }
-            if self.tx_held.is_none() && self.rng.chance(f.reorder) {
+            if hold {
                 self.stats.reordered += 1;
-                self.tx_held = Some((buf, corrupt));
+                self.tx_held = Some(tx);
                 continue;
             }
-            self.queue(buf, corrupt);
-            if let Some((h, c)) = self.tx_held.take() {
-                self.queue(h, c);
+            self.out.push(tx);
+            if let Some(h) = self.tx_held.take() {
+                self.out.push(h);
             }
         }
         if n == 0 {
             // Nothing new: let a held packet go so it is never stuck.
-            if let Some((h, c)) = self.tx_held.take() {
-                self.queue(h, c);
+            if let Some(h) = self.tx_held.take() {
+                self.out.push(h);
             }
         }
         if !self.out.is_empty() {
             let sent = self.seal_and_send()?;
             self.stats.packets_tx += sent as u64;
             // What the socket did not take is lost, as on a wire; the requester recovers.
-            self.spare.append(&mut self.out);
-            self.corrupt.clear();
+            let spare = &mut self.spare;
+            spare.extend(self.out.drain(..).filter_map(Tx::into_buffer));
         }
         Ok(n)
-    }
-
-    fn queue(&mut self, buf: Vec<u8>, corrupt: bool) {
-        self.out.push(buf);
-        self.corrupt.push(corrupt);
     }
 
     /// Seals every queued packet (segment k of a GSO run: IP ID k) and
@@ -415,7 +413,7 @@ impl FpgaEmulator {
             dst_port: self.cfg.host.port(),
         };
         if self.gso {
-            crate::net::gso_runs(self.out.iter().map(|b| b.len()), &mut self.runs);
+            crate::net::gso_runs(self.out.iter().map(Tx::len), &mut self.runs);
         } else {
             self.runs.clear();
             self.runs.extend((0..self.out.len()).map(|i| (i, 1)));
@@ -423,18 +421,11 @@ impl FpgaEmulator {
         for &(first, count) in &self.runs {
             for k in 0..count {
                 ctx.ip_id = k as u16;
-                let buf = &mut self.out[first + k];
-                self.icrc.seal(&ctx, buf);
-                if self.corrupt[first + k] {
-                    let at = buf.len() - wire::ICRC_LEN - 1;
-                    buf[at] ^= 0x10;
-                }
+                self.out[first + k].seal(&mut self.icrc, &ctx, &self.req);
             }
         }
-        if !self.gso {
-            return self.io.send_to(self.cfg.host, &self.out);
-        }
-        match self.io.send_segmented(self.cfg.host, &self.out, &self.runs) {
+        let pieces: Vec<[&[u8]; 3]> = self.out.iter().map(|t| t.pieces(&self.req)).collect();
+        match self.io.send_segmented(self.cfg.host, &pieces, &self.runs) {
             Err(e) if e.kind() == ErrorKind::Unsupported => {
                 log::warn!(
                     "FPGA emulator: {}; sending one packet per datagram from now on \

@@ -114,6 +114,25 @@ struct TxPkt {
     last_tx: u64,
 }
 
+/// Where a packet's payload lies: a message (absolute index) and a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    msg: u64,
+    offset: u32,
+    len: u32,
+}
+
+impl Span {
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// No payload.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// A packet to put on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outgoing<'a> {
@@ -125,6 +144,9 @@ pub struct Outgoing<'a> {
     pub imm: Option<u32>,
     /// Payload slice.
     pub payload: &'a [u8],
+    /// Where the payload lies, to read it again later
+    /// ([`Requester::payload`]) while the message is unacknowledged.
+    pub span: Span,
     /// True for a retransmission.
     pub retransmit: bool,
     /// BTH AckReq: set on the last packet of a message only, like the engine.
@@ -211,6 +233,16 @@ impl Requester {
         self.next_psn
     }
 
+    /// The payload at `span`, while its message is unacknowledged (the
+    /// bytes a sender reads where they lie instead of copying them into
+    /// each packet); None once it was acknowledged.
+    pub fn payload(&self, span: Span) -> Option<&[u8]> {
+        let i = span.msg.checked_sub(self.first_msg)?;
+        let m = self.msgs.get(usize::try_from(i).ok()?)?;
+        m.data
+            .get(span.offset as usize..(span.offset + span.len) as usize)
+    }
+
     fn msg(&self, abs: u64) -> &Msg {
         &self.msgs[(abs - self.first_msg) as usize]
     }
@@ -295,6 +327,11 @@ impl Requester {
             opcode: p.opcode,
             imm: p.opcode.has_imm().then_some(m.imm),
             payload: &m.data[p.offset as usize..(p.offset + p.len) as usize],
+            span: Span {
+                msg: p.msg,
+                offset: p.offset,
+                len: p.len,
+            },
             retransmit,
             ack_req: p.opcode.ends_message(),
         })

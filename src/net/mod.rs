@@ -83,6 +83,25 @@ pub fn gso_runs(lens: impl Iterator<Item = usize>, runs: &mut Vec<(usize, usize)
     }
 }
 
+/// A packet to send, in up to three pieces the socket gathers (headers,
+/// payload where it lies, trailer); empty pieces are skipped.
+pub trait Pieces {
+    /// The pieces, in order.
+    fn pieces(&self) -> [&[u8]; 3];
+}
+
+impl Pieces for Vec<u8> {
+    fn pieces(&self) -> [&[u8]; 3] {
+        [self, &[], &[]]
+    }
+}
+
+impl Pieces for [&[u8]; 3] {
+    fn pieces(&self) -> [&[u8]; 3] {
+        *self
+    }
+}
+
 fn iovec(at: *mut u8, len: usize) -> libc::iovec {
     libc::iovec {
         iov_base: at as *mut libc::c_void,
@@ -304,7 +323,8 @@ impl UdpIo {
         self.send_iter(bufs.iter().map(|b| (dst, &b[..])))
     }
 
-    /// Sends `bufs` to `dst` with UDP GSO: each run `(first,
+    /// Sends `pkts` (each gathered from its [`Pieces`]) to `dst` with UDP
+    /// GSO: each run `(first,
     /// count)` (from [`gso_runs`]) as one datagram the kernel segments into
     /// `count` packets of the first one's length (`UDP_SEGMENT`), so a batch
     /// of packets costs one pass through the stack. Segment `k` of a run
@@ -313,10 +333,10 @@ impl UdpIo {
     /// Returns how many packets the kernel took; an error of kind
     /// `Unsupported` when the route cannot segment (no checksum offload, a
     /// segment above its MTU): send one packet per datagram instead.
-    pub fn send_segmented(
+    pub fn send_segmented<P: Pieces>(
         &mut self,
         dst: SocketAddrV4,
-        bufs: &[Vec<u8>],
+        pkts: &[P],
         runs: &[(usize, usize)],
     ) -> Result<usize> {
         let n = runs.len();
@@ -326,24 +346,34 @@ impl UdpIo {
         self.tx_names.clear();
         self.tx_iovs.clear();
         self.tx_ctrl.clear();
+        let iovs_of = |first: usize, count: usize| -> usize {
+            pkts[first..first + count]
+                .iter()
+                .map(|p| p.pieces().iter().filter(|p| !p.is_empty()).count())
+                .sum()
+        };
         for &(first, count) in runs {
             self.tx_names.push(from_v4(&dst));
-            let seg = bufs[first].len();
+            let seg: usize = pkts[first].pieces().iter().map(|p| p.len()).sum();
             self.tx_ctrl.push(gso_cmsg(seg as u16));
-            for b in &bufs[first..first + count] {
-                self.tx_iovs.push(iovec(b.as_ptr() as *mut u8, b.len()));
+            for p in &pkts[first..first + count] {
+                for piece in p.pieces().iter().filter(|p| !p.is_empty()) {
+                    self.tx_iovs
+                        .push(iovec(piece.as_ptr() as *mut u8, piece.len()));
+                }
             }
         }
         // SAFETY: plain-data struct; zeroed is a valid initial value.
         self.tx_msgs
             .resize_with(n, || unsafe { std::mem::zeroed() });
         let mut at = 0;
-        for (i, &(_, count)) in runs.iter().enumerate() {
+        for (i, &(first, count)) in runs.iter().enumerate() {
+            let iovs = iovs_of(first, count);
             let m = &mut self.tx_msgs[i].msg_hdr;
             m.msg_name = &mut self.tx_names[i] as *mut _ as *mut libc::c_void;
             m.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            m.msg_iov = &mut self.tx_iovs[at];
-            m.msg_iovlen = count;
+            m.msg_iov = self.tx_iovs[at..].as_mut_ptr();
+            m.msg_iovlen = iovs;
             // One packet needs no segmentation.
             if count > 1 {
                 m.msg_control = self.tx_ctrl[i].as_mut_ptr() as *mut libc::c_void;
@@ -353,9 +383,10 @@ impl UdpIo {
                 m.msg_controllen = 0;
             }
             m.msg_flags = 0;
-            at += count;
+            at += iovs;
         }
-        let sent = self.send_prepared(n, Some(dst))?;
+        let gso = runs.iter().any(|r| r.1 > 1).then_some(dst);
+        let sent = self.send_prepared(n, gso)?;
         Ok(runs[..sent].iter().map(|r| r.1).sum())
     }
 
