@@ -74,6 +74,14 @@ impl UdpIo {
     }
 }
 
+/// True for a loopback link (type 772): nothing there merges packets before
+/// the capture sees them (no NAPI GRO: a local sender's GSO datagram
+/// reaches the capture whole either way).
+pub(crate) fn is_loopback(ifname: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/type"))
+        .is_ok_and(|t| t.trim() == "772")
+}
+
 /// Raw capture reads Ethernet (1) and loopback (772) links: a 14-byte link
 /// header in front of the IP header (SOCK_RAW: the only packet socket type
 /// that tells GSO super-packets' segment size).

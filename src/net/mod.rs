@@ -9,7 +9,7 @@
 //! [`UdpIo::enable_raw_capture`] (`capture.rs`) reads them with their IP
 //! header instead, where the process may (CAP_NET_RAW).
 
-mod capture;
+pub(crate) mod capture;
 mod rx;
 
 pub(crate) use rx::MAX_SEGS;
@@ -100,6 +100,27 @@ impl Pieces for [&[u8]; 3] {
     fn pieces(&self) -> [&[u8]; 3] {
         *self
     }
+}
+
+/// A socket's drop count, from SO_MEMINFO (0 when the kernel will not say).
+fn drops_of(fd: RawFd) -> u64 {
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut info = [0u32; 16];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, ours.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 || (len as usize) < (SK_MEMINFO_DROPS + 1) * 4 {
+        return 0;
+    }
+    info[SK_MEMINFO_DROPS] as u64
 }
 
 fn iovec(at: *mut u8, len: usize) -> libc::iovec {
@@ -284,23 +305,13 @@ impl UdpIo {
     /// capture mode the capture socket's (the UDP socket's count there is
     /// its filter at work).
     pub fn kernel_drops(&self) -> u64 {
-        const SK_MEMINFO_DROPS: usize = 8;
-        let mut info = [0u32; 16];
-        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `info`, ours.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.rx_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_MEMINFO,
-                info.as_mut_ptr() as *mut libc::c_void,
-                &mut len,
-            )
-        };
-        if rc != 0 || (len as usize) < (SK_MEMINFO_DROPS + 1) * 4 {
-            return 0;
-        }
-        info[SK_MEMINFO_DROPS] as u64
+        drops_of(self.rx_fd())
+    }
+
+    #[cfg(test)]
+    /// The UDP socket's drop count (in raw capture mode, its filter at work).
+    pub fn udp_socket_drops(&self) -> u64 {
+        drops_of(self.sock.as_raw_fd())
     }
 
     #[cfg(test)]

@@ -180,6 +180,7 @@ impl SoftBackend {
     pub(crate) fn create(dev: &SoftDevice, slab: &Arc<Slab>) -> Result<SoftBackend> {
         let mut io = UdpIo::bind(dev.bind, POLL_BATCH)?;
         let local = io.local_addr()?;
+        let mut captured_lo = false;
         let captured = match dev.icrc_check {
             IcrcCheck::Off => {
                 log::info!(
@@ -189,6 +190,7 @@ impl SoftBackend {
             }
             IcrcCheck::Auto | IcrcCheck::Require => match io.enable_raw_capture() {
                 Ok(ifname) => {
+                    captured_lo = crate::net::capture::is_loopback(&ifname);
                     log::info!(
                         "soft backend {local}: raw capture on {ifname}: every received ICRC is \
                          checked (GSO super-packets split into their segments)"
@@ -206,10 +208,13 @@ impl SoftBackend {
                 }
             },
         };
-        // Merged datagrams from the UDP socket. Not with raw capture: the
-        // kernel merges before the capture sees packets, so each merged
-        // packet's own IP header (its ICRC covers the IP ID) would be gone.
-        if !captured && !io.enable_gro() {
+        // Merged datagrams from the UDP socket. Not with raw capture on a
+        // NIC: its GRO would merge before the capture sees packets, so each
+        // merged packet's own IP header (its ICRC covers the IP ID) would be
+        // gone. On loopback nothing merges before the capture, and GRO only
+        // spares the kernel segmenting a local sender's GSO datagram for a
+        // UDP socket whose filter drops it (fewer skbs on the sender's CPU).
+        if (!captured || captured_lo) && !io.enable_gro() {
             log::info!("soft backend {local}: UDP GRO unavailable: one packet per datagram");
         }
         Ok(SoftBackend {
