@@ -2,7 +2,7 @@
  * rocev2_server_poll_frame and releasing them at once; prints frames/s. The
  * FPGA is `rocev2 fpga-sim` (started by this program). Used by `./run bench`
  * as the C reference for the Python binding.
- *   consume <rocev2 CLI> <frames> <size> */
+ *   consume <rocev2 CLI> <frames> <size> [fpga-sim options...] */
 #define _POSIX_C_SOURCE 200809L
 #include <rocev2.h>
 
@@ -13,7 +13,7 @@
 
 int main(int argc, char** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s <rocev2 CLI> <frames> <size>\n", argv[0]);
+        fprintf(stderr, "usage: %s <rocev2 CLI> <frames> <size> [fpga-sim options...]\n", argv[0]);
         return 2;
     }
     long n = atol(argv[2]), size = atol(argv[3]);
@@ -39,11 +39,15 @@ int main(int argc, char** argv) {
     rocev2_host_params hp = {.struct_size = sizeof hp};
     rocev2_server_get_host_params(srv, &hp);
     rocev2_server_complete_connection(srv, 0x4242, hp.sq_psn, 5, 1);
-    char cmd[512];
+    char cmd[1024], extra[512] = "";
+    for (int i = 4; i < argc; ++i) {  // e.g. --window 256 --gso
+        size_t at = strlen(extra);
+        snprintf(extra + at, sizeof extra - at, " %s", argv[i]);
+    }
     snprintf(cmd, sizeof cmd,
-             "%s fpga-sim --host 127.0.0.1:%u --host-qpn %u --psn %u --qpn 0x4242 --frames %ld --size %ld "
+             "%s fpga-sim --host 127.0.0.1:%u --host-qpn %u --psn %u --qpn 0x4242 --frames %ld --size %ld%s "
              ">/dev/null 2>&1 &",
-             argv[1], hp.udp_port, hp.qpn, hp.sq_psn, n, size);
+             argv[1], hp.udp_port, hp.qpn, hp.sq_psn, n, size, extra);
     if (system(cmd) != 0) return 1;
     struct timespec t0, t1;
     rocev2_frame f = {.struct_size = sizeof f};

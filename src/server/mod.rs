@@ -20,7 +20,7 @@ mod thread;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -95,6 +95,10 @@ pub struct ServerCore {
     control: Mutex<Control>,
     pull: Mutex<VecDeque<PendingFrame>>,
     pull_cv: Condvar,
+    /// Threads waiting on `pull_cv`: changed only under the `pull` lock,
+    /// so the receive thread, which reads it after queueing frames under
+    /// that lock, wakes nobody (no futex call) when nobody waits.
+    pull_waiting: AtomicUsize,
     exited: Mutex<Option<End>>,
     exited_cv: Condvar,
     activity: Activity,
@@ -166,6 +170,7 @@ impl ServerCore {
             }),
             pull: Mutex::new(VecDeque::new()),
             pull_cv: Condvar::new(),
+            pull_waiting: AtomicUsize::new(0),
             exited: Mutex::new(None),
             exited_cv: Condvar::new(),
             activity: Activity::new(),
@@ -467,20 +472,27 @@ impl ServerCore {
                     format!("receive thread ended: {reason}"),
                 ));
             }
-            match deadline {
-                None => q = self.pull_cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+            let wait = match deadline {
+                None => None,
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return Ok(None);
                     }
-                    q = self
-                        .pull_cv
-                        .wait_timeout(q, d - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    Some(d - now)
                 }
-            }
+            };
+            self.pull_waiting.fetch_add(1, Ordering::SeqCst);
+            q = match wait {
+                None => self.pull_cv.wait(q).unwrap_or_else(|e| e.into_inner()),
+                Some(w) => {
+                    self.pull_cv
+                        .wait_timeout(q, w)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+            self.pull_waiting.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

@@ -655,3 +655,41 @@ fn cpu_affinity_pins_the_receive_thread() {
         h.core.stop();
     }
 }
+
+/// A batch of frames for several waiting pollers wakes each of them (one
+/// wake-up per batch, not per frame, and none lost).
+#[test]
+fn a_batch_wakes_every_waiting_poller() {
+    let h = Harness::new(8, 64);
+    h.connect();
+    let (tx, rx) = mpsc::channel();
+    let pollers: Vec<_> = (0..3)
+        .map(|_| {
+            let (core, tx) = (h.core.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let f = core.poll_frame(None).unwrap().unwrap();
+                tx.send(f.data().to_vec()).unwrap();
+            })
+        })
+        .collect();
+    wait_until(|| h.core.pull_waiting.load(Ordering::SeqCst) == 3);
+    {
+        let mut w = h.wire.lock().unwrap();
+        for k in 0..3u8 {
+            w.incoming.push_back(Incoming::Send(vec![k; 4], 0));
+        }
+    }
+    h.notify.signal();
+    let mut got: Vec<Vec<u8>> = (0..3)
+        .map(|_| {
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("a waiting poller was not woken")
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![vec![0u8; 4], vec![1; 4], vec![2; 4]]);
+    for p in pollers {
+        p.join().unwrap();
+    }
+    assert_eq!(h.core.pull_waiting.load(Ordering::SeqCst), 0);
+}

@@ -93,7 +93,12 @@ impl ServerCore {
                 continue;
             }
             if spin.idle(Instant::now) {
-                std::hint::spin_loop();
+                // Spinning gives the CPU to any thread waiting for it (the
+                // application's consumer, a sender on this host): with none,
+                // sched_yield returns at once; without it, a spinning receive
+                // thread starved a pull consumer until the slots ran out and
+                // the FPGA was sent RNR NAKs.
+                std::thread::yield_now();
                 continue;
             }
             spin.parked();
@@ -179,6 +184,7 @@ impl ServerCore {
             cores,
             ..
         } = rx;
+        let mut queued = 0;
         for c in completions.iter() {
             if self.stopping.load(Ordering::Acquire) {
                 break;
@@ -223,8 +229,26 @@ impl ServerCore {
                 continue;
             }
             self.deliver(c.slot, len, imm, callback, cores)?;
+            queued += callback.is_none() as usize;
         }
+        self.wake_pullers(queued);
         Ok(())
+    }
+
+    /// After `queued` frames went to the pull queue: wakes waiting pollers,
+    /// once per batch and only when one waits (a futex call per frame cost
+    /// the receive thread more than a small frame's whole dispatch). Several
+    /// waiters and several frames: all of them, each takes its share.
+    fn wake_pullers(&self, queued: usize) {
+        if queued == 0 {
+            return;
+        }
+        match self.pull_waiting.load(Ordering::SeqCst) {
+            0 => {}
+            1 => self.pull_cv.notify_one(),
+            _ if queued == 1 => self.pull_cv.notify_one(),
+            _ => self.pull_cv.notify_all(),
+        }
     }
 
     /// Loans `slot` to the consumer: the callback (the frame holds a
@@ -257,7 +281,7 @@ impl ServerCore {
                     len,
                     imm,
                 });
-            self.pull_cv.notify_one();
+            // Waiting pollers are woken once for the batch (`wake_pullers`).
             return Ok(());
         };
         let frame = Frame {

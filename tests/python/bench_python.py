@@ -1,6 +1,6 @@
 """Frames/s through the ctypes binding (pull API, batch pull, callback API) against the
 same consumer in C (examples/c/consume.c), same emulator, same run.
-    python3 bench_python.py <rocev2 CLI> <C consumer binary> [frames] [size]"""
+    python3 bench_python.py <rocev2 CLI> <C consumer binary> [frames] [size] [fpga-sim options...]"""
 import os
 import subprocess
 import sys
@@ -13,6 +13,7 @@ import rocev2  # noqa: E402
 CLI, C_CONSUMER = sys.argv[1], sys.argv[2]
 N = int(sys.argv[3]) if len(sys.argv) > 3 else 100_000
 SIZE = int(sys.argv[4]) if len(sys.argv) > 4 else 1024
+SIM_ARGS = sys.argv[5:]  # e.g. --window 256 --gso: the same for every consumer
 
 
 def server():
@@ -23,7 +24,7 @@ def server():
 def sim(s):
     return subprocess.Popen([CLI, "fpga-sim", "--host", f"127.0.0.1:{s.udp_port}", "--host-qpn", str(s.getQpn()),
                              "--psn", str(s.getSqPsn()), "--qpn", "0x4242", "--frames", str(N),
-                             "--size", str(SIZE)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--size", str(SIZE)] + SIM_ARGS, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def pull():
@@ -79,7 +80,7 @@ def callback():
         return rate
 
 
-c = float(subprocess.run([C_CONSUMER, CLI, str(N), str(SIZE)], capture_output=True, text=True, check=True).stdout)
+c = float(subprocess.run([C_CONSUMER, CLI, str(N), str(SIZE)] + SIM_ARGS, capture_output=True, text=True, check=True).stdout)
 py_pull, py_batch, py_cb = pull(), batch(), callback()
 print(f"{'Python pull API (poll + release)':<44} {py_pull:>14.0f} f/s {'C consumer: %.0f f/s' % c:>34} {py_pull / c:>7.2f}")
 print(f"{'Python batch pull (poll_frames + release_frames)':<44} {py_batch:>14.0f} f/s {'C consumer: %.0f f/s' % c:>34} {py_batch / c:>7.2f}")
