@@ -10,6 +10,7 @@
 //! header instead, where the process may (CAP_NET_RAW).
 
 pub(crate) mod capture;
+mod fit;
 mod rx;
 
 pub(crate) use rx::MAX_SEGS;
@@ -151,8 +152,9 @@ pub struct UdpIo {
     aimed: Option<RawFd>,
     // Scratch for one entry's slab ranges.
     ranges: Vec<(Landing, NonNull<u8>)>,
-    // Entries the next recvmmsg fills.
+    // Entries the next recvmmsg fills; entries to aim next (`fit_entries`).
     vlen: usize,
+    want: usize,
     // UDP GRO on; merged datagrams arrived lately (plan one entry of up
     // to MAX_SEGS segments).
     gro: bool,
@@ -256,6 +258,7 @@ impl UdpIo {
             aimed: None,
             ranges: Vec::with_capacity(MAX_SEGS),
             vlen: batch,
+            want: batch,
             gro: false,
             merging: false,
             merge_avg16: 16,

@@ -359,46 +359,6 @@ fn bytemuck_u64(v: &[u64]) -> &[u8] {
 }
 
 impl UdpIo {
-    /// Turns UDP GRO on for the receiving UDP socket: the kernel may then
-    /// hand over equal-size packets of a flow merged into one datagram,
-    /// which is read as its segments. False when the kernel refuses.
-    pub fn enable_gro(&mut self) -> bool {
-        let ok = super::setsockopt_int(
-            self.sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            1,
-            "setsockopt(UDP_GRO)",
-        )
-        .is_ok();
-        self.gro = ok;
-        ok
-    }
-
-    /// How many landings the next receive can use: one entry of up to
-    /// MAX_SEGS segments after merged datagrams arrived, else one segment
-    /// in each of the batch's entries.
-    pub(crate) fn plan_capacity(&self) -> usize {
-        self.per_entry() * self.rx.len()
-    }
-
-    /// Segments planned per entry once merged datagrams arrive: the last
-    /// batch's largest merge, or a quarter more than the recent average
-    /// merge plus one if that is more (an entry that gets fewer leaves its
-    /// last landings unused: the next entry's packets still land in posted
-    /// slots, which the responder takes as they come; more than planned are
-    /// copied), else one. Planning far more than arrives would use the
-    /// posted slots up in the first entries and leave the rest of a batch of
-    /// small merges unplanned.
-    fn per_entry(&self) -> usize {
-        if self.merging {
-            let avg = self.merge_avg16 * 5 / 64 + 1;
-            avg.max(self.merge_last).clamp(1, MAX_SEGS)
-        } else {
-            1
-        }
-    }
-
     /// Receives up to the batch size of datagrams without blocking; returns
     /// how many segments (packets) they hold (0 when none is waiting). Each
     /// lands whole in its entry's buffer.
@@ -461,7 +421,7 @@ impl UdpIo {
         let plan = if slab.is_some() { &kept[..] } else { &[][..] };
         let prefix = if raw { RAW_PREFIX } else { 0 };
         let per_msg = self.per_entry();
-        let msgs = self.rx.len();
+        let msgs = self.want.clamp(1, self.rx.len());
         let mut next = plan.iter().peekable();
         let mut ranges = std::mem::take(&mut self.ranges);
         let split_mid = self.split_mid;
@@ -539,6 +499,7 @@ impl UdpIo {
         // whole-datagram entries aimed measured slower: the raw-capture demo
         // fell from 175k to 115k frames/s.)
         self.aimed = None;
+        self.fit_entries(got as usize);
         self.segs.clear();
         let mut merged = 0usize;
         for i in 0..got as usize {
@@ -563,22 +524,6 @@ impl UdpIo {
         }
         self.note_merges(merged, raw);
         Ok(self.segs.len())
-    }
-
-    /// Plans one entry of many segments after a merged datagram, and goes
-    /// back to one packet per entry only after 64 batches in a row without
-    /// one (a sender that merges now and then should not flip the plan).
-    fn note_merges(&mut self, merged: usize, raw: bool) {
-        if merged > 0 && (self.gro || raw) {
-            self.merging = true;
-            self.merge_last = merged;
-            self.unmerged_batches = 0;
-        } else if self.merging {
-            self.unmerged_batches += 1;
-            if self.unmerged_batches >= 64 {
-                self.merging = false;
-            }
-        }
     }
 
     /// The receiver placed segment `i` as a message start (`continuation`
