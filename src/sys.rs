@@ -51,26 +51,24 @@ pub fn readable_now(fd: RawFd) -> bool {
 }
 
 /// Blocks until one of `fds` is readable (or a signal interrupts); returns which
-/// of them are readable. `timeout_ms` < 0 waits forever.
-pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: pfds is a valid array of pfds.len() pollfd structs.
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+/// of them are readable. `timeout_ms` < 0 waits forever. (Arrays in and out:
+/// the receive thread calls this per wake-up, without allocating.)
+pub fn poll_readable<const N: usize>(fds: [RawFd; N], timeout_ms: i32) -> Result<[bool; N]> {
+    let mut pfds = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    // SAFETY: pfds is a valid array of N pollfd structs.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, timeout_ms) };
     if n < 0 {
         let err = std::io::Error::last_os_error();
         if err.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(vec![false; fds.len()]);
+            return Ok([false; N]);
         }
         return Err(Error::io("poll", err));
     }
-    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+    Ok(pfds.map(|p| p.revents != 0))
 }
 
 /// Pins the calling thread to `cpu`.
@@ -125,12 +123,12 @@ mod tests {
     #[test]
     fn eventfd_signal_and_poll() {
         let e = EventFd::new().unwrap();
-        assert_eq!(poll_readable(&[e.raw()], 0).unwrap(), vec![false]);
+        assert_eq!(poll_readable([e.raw()], 0).unwrap(), [false]);
         e.signal();
         e.signal();
-        assert_eq!(poll_readable(&[e.raw()], 0).unwrap(), vec![true]);
+        assert_eq!(poll_readable([e.raw()], 0).unwrap(), [true]);
         e.drain();
-        assert_eq!(poll_readable(&[e.raw()], 0).unwrap(), vec![false]);
+        assert_eq!(poll_readable([e.raw()], 0).unwrap(), [false]);
     }
 
     #[test]

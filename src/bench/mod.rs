@@ -96,7 +96,7 @@ fn ceiling(size: usize, duration: Duration, merged: bool) -> Result<Rate> {
     while t0.elapsed() < duration {
         let got = rx.recv_batch()?;
         if got == 0 {
-            poll_readable(&[rx.fd()], 10)?;
+            poll_readable([rx.fd()], 10)?;
         }
         n += got as u64;
     }

@@ -515,7 +515,7 @@ impl FpgaEmulator {
                 return Ok(());
             }
             let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-            poll_readable(&[self.io.fd()], ms)?;
+            poll_readable([self.io.fd()], ms)?;
         }
         Ok(())
     }

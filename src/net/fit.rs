@@ -7,6 +7,12 @@ use super::rx::MAX_SEGS;
 use super::UdpIo;
 
 impl UdpIo {
+    /// The last receive got fewer datagrams than it asked for (so the
+    /// socket was empty at that moment).
+    pub(crate) fn drained(&self) -> bool {
+        self.drained
+    }
+
     /// Turns UDP GRO on for the receiving UDP socket: the kernel may then
     /// hand over equal-size packets of a flow merged into one datagram,
     /// which is read as its segments. False when the kernel refuses.

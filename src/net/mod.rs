@@ -155,6 +155,9 @@ pub struct UdpIo {
     // Entries the next recvmmsg fills; entries to aim next (`fit_entries`).
     vlen: usize,
     want: usize,
+    // The last receive got fewer datagrams than it asked for: the socket
+    // was empty then.
+    drained: bool,
     // UDP GRO on; merged datagrams arrived lately (plan one entry of up
     // to MAX_SEGS segments).
     gro: bool,
@@ -259,6 +262,7 @@ impl UdpIo {
             ranges: Vec::with_capacity(MAX_SEGS),
             vlen: batch,
             want: batch,
+            drained: false,
             gro: false,
             merging: false,
             merge_avg16: 16,

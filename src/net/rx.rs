@@ -499,6 +499,7 @@ impl UdpIo {
         // whole-datagram entries aimed measured slower: the raw-capture demo
         // fell from 175k to 115k frames/s.)
         self.aimed = None;
+        self.drained = (got as usize) < self.vlen;
         self.fit_entries(got as usize);
         self.segs.clear();
         let mut merged = 0usize;

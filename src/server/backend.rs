@@ -62,8 +62,15 @@ pub(crate) trait Backend: Send {
     /// before the CQ was armed raises no event), false when `block` sees
     /// what is ready by itself (a socket's poll).
     fn arm(&mut self) -> Result<bool>;
-    /// Blocks until a completion may be ready or `wake_fd` is readable.
-    fn block(&mut self, wake_fd: RawFd) -> Result<()>;
+    /// Blocks until a completion may be ready or `wake_fd` is readable;
+    /// true when `wake_fd` may be readable (the core then clears it).
+    fn block(&mut self, wake_fd: RawFd) -> Result<bool>;
+    /// True when the last `poll` left nothing behind (a socket read short
+    /// of its batch was emptied): the core then spins or blocks without
+    /// another poll first (`block` sees anything that came since).
+    fn drained(&self) -> bool {
+        false
+    }
     /// Where its own counters can be read from any thread (none by default).
     fn counters(&self) -> BackendCounters {
         BackendCounters::None

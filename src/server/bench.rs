@@ -55,8 +55,8 @@ impl Backend for RingSource {
     fn arm(&mut self) -> Result<bool> {
         Ok(true)
     }
-    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
-        crate::sys::poll_readable(&[wake_fd], 10).map(|_| ())
+    fn block(&mut self, wake_fd: RawFd) -> Result<bool> {
+        Ok(crate::sys::poll_readable([wake_fd], 10)?[0])
     }
 }
 

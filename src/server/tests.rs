@@ -71,15 +71,18 @@ impl Backend for MemBackend {
     fn arm(&mut self) -> Result<bool> {
         Ok(true)
     }
-    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
+    fn block(&mut self, wake_fd: RawFd) -> Result<bool> {
         poll_readable_both(self.notify.raw(), wake_fd);
         self.notify.drain();
-        Ok(())
+        Ok(true)
+    }
+    fn drained(&self) -> bool {
+        self.wire.lock().unwrap().incoming.is_empty()
     }
 }
 
 fn poll_readable_both(a: RawFd, b: RawFd) {
-    crate::sys::poll_readable(&[a, b], -1).unwrap();
+    crate::sys::poll_readable([a, b], -1).unwrap();
 }
 
 pub(super) struct Harness {

@@ -83,14 +83,22 @@ impl ServerCore {
             packets_seen: 0,
         };
         let mut spin = Spin::new(self.cfg.spin_us);
+        let mut drained = false;
         while !self.stopping.load(Ordering::Acquire) {
             self.repost_released(backend, &own, &mut rx)?;
+            // (Cleared here, not before the poll: the park path below
+            // dispatches what it finds in there.)
             rx.completions.clear();
-            backend.poll(&mut rx.completions)?;
-            if let Some(now) = self.note_activity(backend, &mut rx) {
-                spin.work(now);
-                self.dispatch(callback, &mut rx)?;
-                continue;
+            // After a receive that emptied the socket, no poll that would
+            // find nothing: spin (polling) or block (which sees what came).
+            if !std::mem::take(&mut drained) {
+                backend.poll(&mut rx.completions)?;
+                if let Some(now) = self.note_activity(backend, &mut rx) {
+                    spin.work(now);
+                    self.dispatch(callback, &mut rx)?;
+                    drained = backend.drained();
+                    continue;
+                }
             }
             if spin.idle(Instant::now) {
                 // Spinning gives the CPU to any thread waiting for it (the
@@ -116,12 +124,15 @@ impl ServerCore {
             if backend.arm()? {
                 backend.poll(&mut rx.completions)?;
             }
+            let mut woken = true;
             if rx.completions.is_empty() {
                 bump(&self.counters.parks, 1);
-                backend.block(self.wake.raw())?;
+                woken = backend.block(self.wake.raw())?;
             }
             self.parked.store(false, Ordering::SeqCst);
-            self.wake.drain();
+            if woken {
+                self.wake.drain();
+            }
             if let Some(now) = self.note_activity(backend, &mut rx) {
                 spin.work(now);
             }

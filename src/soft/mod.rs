@@ -639,7 +639,7 @@ impl Backend for SoftBackend {
         Ok(false)
     }
 
-    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
+    fn block(&mut self, wake_fd: RawFd) -> Result<bool> {
         // The kernel's drop count: read at most every DROPS_EVERY of blocking
         // (a syscall a wake-up need not pay); a count owed from packets since
         // the last read is read when the link stays idle that long.
@@ -656,7 +656,11 @@ impl Backend for SoftBackend {
         };
         // In raw capture mode the UDP socket still gets what enters through
         // another interface: wait on both.
-        poll_readable(&[self.io.rx_fd(), self.io.fd(), wake_fd], timeout).map(|_| ())
+        Ok(poll_readable([self.io.rx_fd(), self.io.fd(), wake_fd], timeout)?[2])
+    }
+
+    fn drained(&self) -> bool {
+        self.io.drained()
     }
 
     fn counters(&self) -> BackendCounters {

@@ -612,11 +612,11 @@ impl Backend for VerbsBackend {
         self.cq.arm().map(|()| true)
     }
 
-    fn block(&mut self, wake_fd: RawFd) -> Result<()> {
-        let ready = poll_readable(&[self.channel.fd(), wake_fd], -1)?;
+    fn block(&mut self, wake_fd: RawFd) -> Result<bool> {
+        let ready = poll_readable([self.channel.fd(), wake_fd], -1)?;
         if ready[0] {
             self.channel.drain_events(&self.cq);
         }
-        Ok(())
+        Ok(ready[1])
     }
 }
