@@ -889,14 +889,7 @@ class Server:
             _STRUCT_SIZE.pack_into(b.raw, 0, size)
             ms = -1 if timeout is None else max(0, int(timeout * 1000))
             poll, cap = _raw("rocev2_server_poll_frames"), ctypes.c_size_t(max_frames)
-            st = poll(handle, _NO_WAIT, b.frames, cap, b.got_ref)
-            if st == Status.TIMEOUT and ms:
-                # Nothing queued: give the CPU away once (to the receive
-                # thread, the sender) before sleeping in the library. Frames
-                # then come in batches; a sleep and a wake-up per few frames
-                # cost more than the binding's own work.
-                os.sched_yield()
-                st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+            st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
             if st:
                 if st == Status.TIMEOUT:
                     return []
