@@ -95,6 +95,38 @@ pub fn pin_current_thread(cpu: u32) -> Result<()> {
     Ok(())
 }
 
+/// The calling thread pinned to one CPU until the guard drops, which puts
+/// its former CPU set back (the benchmarks' sender thread).
+pub struct PinnedThread(libc::cpu_set_t, std::marker::PhantomData<*const ()>);
+
+impl PinnedThread {
+    /// Pins the calling thread to `cpu`, keeping its current CPU set.
+    pub fn pin(cpu: u32) -> Result<PinnedThread> {
+        // SAFETY: cpu_set_t is a plain bit set; zeroed is a valid value, and
+        // sched_getaffinity(0) writes at most its size into ours.
+        let before = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return Err(Error::io(
+                    "sched_getaffinity",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            set
+        };
+        pin_current_thread(cpu)?;
+        Ok(PinnedThread(before, std::marker::PhantomData))
+    }
+}
+
+impl Drop for PinnedThread {
+    fn drop(&mut self) {
+        // SAFETY: the set read by pin(), of its own size, for the calling
+        // thread: the pinned one (the guard is not Send).
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+    }
+}
+
 /// A random 32-bit value from the kernel (getrandom), for PSNs and QPNs.
 pub fn random_u32() -> u32 {
     let mut v: u32 = 0;

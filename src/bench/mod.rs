@@ -151,6 +151,11 @@ pub struct E2eSetup {
     pub rate: Option<f64>,
     /// The server's spin budget (µs; None: the default).
     pub spin_us: Option<u32>,
+    /// The emulator (the calling thread) on CPU 0 and the server's thread
+    /// on CPU 1 for the run, when there are two: left to the scheduler, on
+    /// a 2-CPU host it now and then stacks both on one CPU (the other
+    /// idle) and that run is 2-5 times slower.
+    pub pin: bool,
 }
 
 impl E2eSetup {
@@ -168,6 +173,7 @@ impl E2eSetup {
             window: 256,
             rate: None,
             spin_us: None,
+            pin: true,
         }
     }
 }
@@ -180,6 +186,14 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
     use crate::emulator::{EmulatorConfig, FpgaEmulator};
     use crate::{Device, Server};
     use std::sync::atomic::AtomicU64;
+    let pin = s.pin && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let _pinned = match pin.then(|| crate::sys::PinnedThread::pin(0)) {
+        Some(Err(e)) => {
+            log::info!("bench: threads left unpinned: {e}");
+            None
+        }
+        p => p.and_then(|p| p.ok()),
+    };
     let server = Server::create(
         &Device::open(
             &SoftConfig {
@@ -192,6 +206,7 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
             max_payload: s.size as u32,
             rx_queue_depth: s.depth,
             spin_us: s.spin_us.unwrap_or(ServerConfig::default().spin_us),
+            cpu_affinity: _pinned.is_some().then_some(1),
             ..Default::default()
         },
     )?;
