@@ -519,3 +519,44 @@ fn a_restarted_fpga_is_detected_and_its_new_stream_delivered() {
         "{sum}"
     );
 }
+
+#[test]
+fn recv_takes_spin_us_and_cpu_and_refuses_a_cpu_it_may_not_use() {
+    // --spin-us 0 (block at once) and --cpu: the stream still arrives whole.
+    let (child, out, params) = recv(&[
+        "--frames",
+        "200",
+        "--verify",
+        "--spin-us",
+        "0",
+        "--cpu",
+        "0",
+    ]);
+    fpga_sim(&params, 200, 2048, "0,1", &[]);
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(
+        (code, sum["frames"].as_u64()),
+        (0, Some(200)),
+        "{sum} {err}"
+    );
+    assert_eq!(sum["verify_errors"], 0);
+    // A CPU this process may not use is refused before the server starts,
+    // naming the CPUs it may use.
+    let o = run(&[
+        "recv",
+        "--fpga-ip",
+        "127.0.0.1",
+        "--fpga-qpn",
+        "1",
+        "--port",
+        "0",
+        "--cpu",
+        "1023",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--cpu 1023: this process may run on CPUs"),
+        "{}",
+        text(&o.stderr)
+    );
+}

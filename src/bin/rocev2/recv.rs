@@ -66,6 +66,12 @@ pub struct RecvArgs {
     /// Bytes per receive slot: the largest frame the FPGA may send
     #[arg(long, value_name = "BYTES", default_value = "9000", value_parser = num::<u32>(1, MAX_PAYLOAD))]
     max_payload: u32,
+    /// Longest the receive thread busy-polls an idle link before it blocks, in microseconds (adaptive below it). 0 blocks at once: the least CPU, for a paced link (README: Performance); the default keeps a window-limited sender such as surf's engine at full speed
+    #[arg(long, value_name = "US", default_value = "50", value_parser = num::<u32>(0, 1_000_000))]
+    spin_us: u32,
+    /// Pin the receive thread to this CPU [default: not pinned]
+    #[arg(long, value_name = "N", value_parser = num::<u32>(0, 1023))]
+    cpu: Option<u32>,
     /// verbs: GID table index of the host's RoCE v2 IPv4 address
     #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u8>(0, 255))]
     gid_index: u8,
@@ -94,6 +100,9 @@ pub struct RecvArgs {
 
 pub fn run(a: RecvArgs) -> Outcome {
     check_slab(a.max_payload, a.depth, "--max-payload")?;
+    if let Some(cpu) = a.cpu {
+        check_cpu(cpu)?;
+    }
     if a.device == "soft" {
         out::check_bind(SocketAddrV4::new(a.bind, a.port), "--bind/--port")?;
     }
@@ -126,6 +135,8 @@ pub fn run(a: RecvArgs) -> Outcome {
     let cfg = ServerConfig {
         max_payload: a.max_payload,
         rx_queue_depth: a.depth,
+        spin_us: a.spin_us,
+        cpu_affinity: a.cpu,
         ..Default::default()
     };
     let server = Server::create(&dev, &cfg).map_err(&e)?;
@@ -367,4 +378,31 @@ fn summary(
     }
     print_json(v);
     Ok(())
+}
+
+/// `--cpu` names a CPU this process may run on (the library would only
+/// warn and leave the thread unpinned).
+fn check_cpu(cpu: u32) -> Result<(), Fail> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(list) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(str::trim)
+    else {
+        return Ok(());
+    };
+    let allowed = list.split(',').any(|r| {
+        let mut ends = r.split('-').map(|n| n.trim().parse::<u32>());
+        match (ends.next(), ends.next()) {
+            (Some(Ok(a)), None) => cpu == a,
+            (Some(Ok(a)), Some(Ok(b))) => (a..=b).contains(&cpu),
+            _ => false,
+        }
+    });
+    if allowed {
+        return Ok(());
+    }
+    Err(Fail::usage(format!(
+        "--cpu {cpu}: this process may run on CPUs {list} only; pick one of them"
+    )))
 }
