@@ -20,6 +20,9 @@ struct Rx {
     packets_seen: u64,
 }
 
+/// Spinning polls between two `sched_yield`s.
+const YIELD_EVERY: u32 = 8;
+
 impl ServerCore {
     fn mark_exited(&self, end: End) {
         *self.exited.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
@@ -84,6 +87,7 @@ impl ServerCore {
         };
         let mut spin = Spin::new(self.cfg.spin_us);
         let mut drained = false;
+        let mut spins = 0u32;
         while !self.stopping.load(Ordering::Acquire) {
             self.repost_released(backend, &own, &mut rx)?;
             // (Cleared here, not before the poll: the park path below
@@ -101,12 +105,21 @@ impl ServerCore {
                 }
             }
             if spin.idle(Instant::now) {
-                // Spinning gives the CPU to any thread waiting for it (the
-                // application's consumer, a sender on this host): with none,
-                // sched_yield returns at once; without it, a spinning receive
-                // thread starved a pull consumer until the slots ran out and
-                // the FPGA was sent RNR NAKs.
-                std::thread::yield_now();
+                // Spinning gives the CPU, every YIELD_EVERY polls, to any
+                // thread waiting for it (the application's consumer, a sender
+                // on this host): with none, sched_yield returns at once;
+                // without it, a spinning receive thread starved a pull
+                // consumer until the slots ran out and the FPGA was sent RNR
+                // NAKs (37-47k per 100k frames at surf's window; 0-14k
+                // with the yield). Not every poll: a verbs poll is a
+                // userspace CQ read, which a syscall each time would slow
+                // several-fold.
+                spins = spins.wrapping_add(1);
+                if spins % YIELD_EVERY == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             spin.parked();
