@@ -33,26 +33,14 @@ impl Tx {
     /// A packet whose payload (`payload_len` bytes at `span`) stays where it is.
     pub(super) fn parts(bth: &Bth, imm: Option<u32>, span: Span, payload_len: usize) -> Tx {
         let mut head = [0u8; HEAD_MAX];
-        let mut h = *bth;
-        let pad = (4 - payload_len % 4) % 4;
-        h.pad = pad as u8;
-        h.emit(&mut head[..BTH_LEN]);
-        let mut head_len = BTH_LEN;
-        if bth.opcode.has_imm() {
-            head[BTH_LEN..HEAD_MAX].copy_from_slice(&imm.unwrap_or(0).to_be_bytes());
-            head_len = HEAD_MAX;
-        }
-        debug_assert_eq!(
-            head_len,
-            bth.opcode.header_len(),
-            "the emulator sends SENDs only"
-        );
+        let head_len = wire::emit_headers(bth, imm, None, payload_len, &mut head);
+        let tail_len = Packet::wire_len(bth.opcode, payload_len) - head_len - payload_len;
         Tx::Parts {
             head,
             head_len: head_len as u8,
             span,
             tail: [0; TAIL_MAX],
-            tail_len: (pad + ICRC_LEN) as u8,
+            tail_len: tail_len as u8,
         }
     }
 

@@ -407,8 +407,28 @@ pub fn emit(
     out: &mut [u8],
 ) -> usize {
     let len = Packet::wire_len(bth.opcode, payload.len());
+    let mut at = emit_headers(bth, imm, aeth, payload.len(), out);
+    out[at..at + payload.len()].copy_from_slice(payload);
+    at += payload.len();
+    for b in &mut out[at..len] {
+        *b = 0;
+    }
+    len
+}
+
+/// Writes what goes before a payload of `payload_len` bytes: BTH (its pad
+/// count set from that length) and the extension header (ImmDt or AETH);
+/// returns their length ([`Opcode::header_len`]). The start of [`emit`],
+/// for a sender that gathers the payload from where it lies.
+pub fn emit_headers(
+    bth: &Bth,
+    imm: Option<u32>,
+    aeth: Option<Aeth>,
+    payload_len: usize,
+    out: &mut [u8],
+) -> usize {
     let mut h = *bth;
-    h.pad = ((4 - payload.len() % 4) % 4) as u8;
+    h.pad = ((4 - payload_len % 4) % 4) as u8;
     h.emit(&mut out[..BTH_LEN]);
     let mut at = BTH_LEN;
     if bth.opcode.has_imm() {
@@ -423,12 +443,7 @@ pub fn emit(
         out[at + 1..at + 4].copy_from_slice(&a.msn.to_be_bytes()[1..]);
         at += 4;
     }
-    out[at..at + payload.len()].copy_from_slice(payload);
-    at += payload.len();
-    for b in &mut out[at..len] {
-        *b = 0;
-    }
-    len
+    at
 }
 
 #[cfg(test)]
