@@ -39,17 +39,6 @@ impl EventFd {
     }
 }
 
-/// True when `fd` has something to read now (a poll that does not wait).
-pub fn readable_now(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, ours, for the call; timeout 0 never blocks.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
-}
-
 /// Blocks until one of `fds` is readable (or a signal interrupts); returns which
 /// of them are readable. `timeout_ms` < 0 waits forever. (Arrays in and out:
 /// the receive thread calls this per wake-up, without allocating.)

@@ -78,24 +78,29 @@ impl UdpIo {
 /// the capture sees them (no NAPI GRO: a local sender's GSO datagram
 /// reaches the capture whole either way).
 pub(crate) fn is_loopback(ifname: &str) -> bool {
+    link_type(ifname) == "772"
+}
+
+/// The link type of `ifname` (`/sys/class/net/*/type`; empty if unknown).
+fn link_type(ifname: &str) -> String {
     std::fs::read_to_string(format!("/sys/class/net/{ifname}/type"))
-        .is_ok_and(|t| t.trim() == "772")
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Raw capture reads Ethernet (1) and loopback (772) links: a 14-byte link
 /// header in front of the IP header (SOCK_RAW: the only packet socket type
 /// that tells GSO super-packets' segment size).
 fn check_link_type(ifname: &str) -> Result<()> {
-    let hw = std::fs::read_to_string(format!("/sys/class/net/{ifname}/type")).unwrap_or_default();
-    if matches!(hw.trim(), "1" | "772") {
+    let hw = link_type(ifname);
+    if matches!(hw.as_str(), "1" | "772") {
         return Ok(());
     }
     Err(Error::new(
         ErrorKind::Unsupported,
         format!(
             "raw capture (to check received ICRCs) reads Ethernet and loopback interfaces; \
-             {ifname} has link type {:?}: set icrc_check to off",
-            hw.trim()
+             {ifname} has link type {hw:?}: set icrc_check to off"
         ),
     ))
 }

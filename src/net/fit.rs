@@ -1,5 +1,6 @@
-//! How much the next receive plans for: entries aimed (`fit_entries`),
-//! segments per entry (merged datagrams lately), where merges begin.
+//! How much the next receive plans for: entries aimed (`fit_entries`) and
+//! segments per entry (merged datagrams lately); UDP GRO; whether the last
+//! receive emptied the socket.
 
 use std::os::fd::AsRawFd;
 
@@ -29,9 +30,9 @@ impl UdpIo {
         ok
     }
 
-    /// How many landings the next receive can use: one entry of up to
-    /// MAX_SEGS segments after merged datagrams arrived, else one segment
-    /// in each of the batch's entries.
+    /// How many landings the next receive can use: segments per entry (up
+    /// to MAX_SEGS after merged datagrams arrived, else one) times the
+    /// entries aimed.
     pub(crate) fn plan_capacity(&self) -> usize {
         self.per_entry() * self.want.min(self.rx.len())
     }

@@ -391,7 +391,9 @@ impl UdpIo {
         // The capture is idle: anything that came in elsewhere? Now and
         // then, and read only when there is (reading re-aims the entries).
         self.fallback_ticks = self.fallback_ticks.wrapping_add(1);
-        if self.fallback_ticks % 16 != 0 || !crate::sys::readable_now(self.sock.as_raw_fd()) {
+        if self.fallback_ticks % 16 != 0
+            || !crate::sys::poll_readable([self.sock.as_raw_fd()], 0).is_ok_and(|r| r[0])
+        {
             return Ok(0);
         }
         // Whole, unplanned: aimed anew for the capture next time.
