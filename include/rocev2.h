@@ -257,7 +257,8 @@ typedef struct {
   uint32_t rx_queue_depth;
   /**
    * Most the receive thread busy-polls before it blocks, microseconds (default 50; 0 never;
-   * adaptive below it: spins while packets come within it, blocks at once on an idle or slow link).
+   * adaptive below it: spins while packets come within it, blocks at once on an idle or slow link,
+   * and on a paced one where spinning brings no more frames than blocking).
    */
   uint32_t spin_us;
   /**

@@ -314,7 +314,11 @@ pub struct ServerConfig {
     /// finds the packet keeps it, a block that ends within `spin_us` doubles
     /// it, a longer block halves it down to 0 (block at once); so an idle
     /// link, or one slower than `spin_us` between packets, costs what
-    /// blocking costs instead of a spin per gap.
+    /// blocking costs instead of a spin per gap. Whether to spin at all is
+    /// judged by the frame rate it brings (trials of a few milliseconds,
+    /// at most one a second once settled): a sender that waits for the
+    /// host's ACKs (surf's 4-message window) keeps the spin; a paced sender,
+    /// whose rate parking reaches too, gets a thread that blocks at once.
     pub spin_us: u32,
     /// How long `stop` waits for a frame callback that is still running before
     /// it detaches the receive thread instead of joining it, in milliseconds

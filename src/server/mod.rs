@@ -10,6 +10,7 @@
 mod backend;
 pub(crate) mod bench;
 mod frame;
+mod judge;
 mod release;
 mod slab;
 mod spin;

@@ -24,7 +24,12 @@
 //! [`CLOCK_EVERY`] empty polls; the end of an idle period reuses the clock
 //! read the loop makes anyway (`note_activity`). `spin_us` 0 never spins and
 //! reads no clock.
+//!
+//! Above the budget, a judge (`judge.rs`) decides whether to spin at all:
+//! a paced sender's gaps are bridged as well as a window-limited sender's
+//! round trips, but only the latter's frame rate depends on the spin.
 
+use super::judge::{Judge, Mode};
 use std::time::{Duration, Instant};
 
 /// The smallest budget worth spinning; a smaller one blocks at once.
@@ -73,6 +78,8 @@ pub(super) struct Spin {
     max: Duration,
     budget: Duration,
     phase: Phase,
+    /// Whether to spin at all (None: `spin_us` 0, or the budget's own tests).
+    judge: Option<Judge>,
 }
 
 impl Spin {
@@ -84,6 +91,16 @@ impl Spin {
             max,
             budget: max,
             phase: Phase::Parked { since: None },
+            judge: (!max.is_zero()).then(Judge::new),
+        }
+    }
+
+    /// The budget alone, never judged (its tests).
+    #[cfg(test)]
+    fn unjudged(spin_us: u32) -> Spin {
+        Spin {
+            judge: None,
+            ..Spin::new(spin_us)
         }
     }
 
@@ -93,8 +110,12 @@ impl Spin {
         self.budget
     }
 
-    /// A poll found work at `now`: the idle period (if any) ends.
-    pub fn work(&mut self, now: Instant) {
+    /// A poll found work at `now` (`frames` frames completed): the idle
+    /// period (if any) ends.
+    pub fn work(&mut self, now: Instant, frames: usize) {
+        if let Some(judge) = &mut self.judge {
+            judge.work(now, frames as u64);
+        }
         let (since, spun) = match self.phase {
             Phase::Busy => return,
             Phase::Spinning { since, .. } => (Some(since), true),
@@ -110,7 +131,7 @@ impl Spin {
     /// A poll found nothing: true to poll again (spin), false to park.
     /// `clock` is read at the first empty poll and every few after it.
     pub fn idle(&mut self, clock: impl FnOnce() -> Instant) -> bool {
-        if self.max.is_zero() {
+        if self.max.is_zero() || self.judge.as_ref().is_some_and(|j| j.mode() == Mode::Park) {
             return false;
         }
         match self.phase {
@@ -159,7 +180,7 @@ mod tests {
             }
             now += Duration::from_nanos(100);
         }
-        spin.work(now);
+        spin.work(now, 1);
         (parked, now + US)
     }
 
@@ -198,10 +219,10 @@ mod tests {
 
     #[test]
     fn spin_us_zero_never_spins() {
-        let mut s = Spin::new(0);
+        let mut s = Spin::unjudged(0);
         let t = Instant::now();
         for i in 0..10u32 {
-            s.work(t + i * US);
+            s.work(t + i * US, 1);
             assert!(!s.idle(|| panic!("no clock read without spinning")));
             s.parked();
         }
@@ -213,9 +234,9 @@ mod tests {
         // 290k frames/s (3.4 us apart) and a window-limited sender waiting
         // 30 us for its ACKs alike: every spin hits.
         for gap in [Duration::from_nanos(3400), 30 * US] {
-            let mut s = Spin::new(50);
+            let mut s = Spin::unjudged(50);
             let mut t = Instant::now();
-            s.work(t);
+            s.work(t, 1);
             assert_eq!(periods(&mut s, &mut t, 1000, gap), 0, "{gap:?}");
             assert_eq!(s.budget(), 50 * US);
         }
@@ -223,9 +244,9 @@ mod tests {
 
     #[test]
     fn an_idle_link_spins_once_then_blocks_at_once() {
-        let mut s = Spin::new(50);
+        let mut s = Spin::unjudged(50);
         let mut t = Instant::now();
-        s.work(t);
+        s.work(t, 1);
         assert!(s.idle(|| t + US), "spins first");
         let mut polls = 0;
         while s.idle(|| t + 51 * US) {
@@ -241,7 +262,7 @@ mod tests {
             "parked until work"
         );
         t += Duration::from_secs(1);
-        s.work(t);
+        s.work(t, 1);
         assert_eq!(s.budget(), 25 * US, "a long block halves the budget");
         // Packets a second apart: 25, 12.5, 6.25, 3.1, 1.6 us, then none.
         let parks = periods(&mut s, &mut t, 10, Duration::from_secs(1));
@@ -251,21 +272,21 @@ mod tests {
     #[test]
     fn a_link_slower_than_the_budget_blocks_at_once() {
         // 5k frames/s: 200 us apart, beyond any spin.
-        let mut s = Spin::new(50);
+        let mut s = Spin::unjudged(50);
         let mut t = Instant::now();
-        s.work(t);
+        s.work(t, 1);
         assert_eq!(periods(&mut s, &mut t, 100, 200 * US), 100);
         assert_eq!(s.budget(), Duration::ZERO);
         // At budget 0 the idle period is the block alone: no spin at all.
-        s.work(t);
+        s.work(t, 1);
         assert!(!s.idle(|| t));
     }
 
     #[test]
     fn short_blocks_grow_the_budget_back_until_spins_hit() {
-        let mut s = Spin::new(50);
+        let mut s = Spin::unjudged(50);
         let mut t = Instant::now();
-        s.work(t);
+        s.work(t, 1);
         periods(&mut s, &mut t, 20, Duration::from_secs(1));
         assert_eq!(s.budget(), Duration::ZERO);
         // Packets 10 us apart again: blocks return within 50 us, the budget

@@ -98,7 +98,7 @@ impl ServerCore {
             if !std::mem::take(&mut drained) {
                 backend.poll(&mut rx.completions)?;
                 if let Some(now) = self.note_activity(backend, &mut rx) {
-                    spin.work(now);
+                    spin.work(now, rx.completions.len());
                     self.dispatch(callback, &mut rx)?;
                     drained = backend.drained();
                     continue;
@@ -147,7 +147,7 @@ impl ServerCore {
                 self.wake.drain();
             }
             if let Some(now) = self.note_activity(backend, &mut rx) {
-                spin.work(now);
+                spin.work(now, rx.completions.len());
             }
             self.dispatch(callback, &mut rx)?;
         }
