@@ -593,6 +593,12 @@ typedef struct {
    * logged a warning). Since 2.1.
    */
   uint64_t peer_restarts;
+  /**
+   * Times the receive thread napped: slept briefly, then took what came
+   * (a paced sender, whose rate spinning would not raise; see
+   * spin_us). Since 2.2.
+   */
+  uint64_t naps;
 } rocev2_stats;
 
 

@@ -155,13 +155,15 @@ _STAT_FIELDS = [
 ]
 # Since 2.1, after link_state (+ reserved2).
 _STAT_FIELDS_2_1 = ["us_since_last_packet", "us_since_last_frame", "stale_packets", "peer_restarts"]
+# Since 2.2.
+_STAT_FIELDS_2_2 = ["naps"]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
                 + [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
                 + [("link_state", ctypes.c_uint32), ("reserved2", ctypes.c_uint32)]
-                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1])
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2])
 
 
 class LinkState(enum.IntEnum):
@@ -1056,7 +1058,8 @@ class Server:
         s.struct_size = ctypes.sizeof(_Stats)
         _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
         _answered(s, "rocev2_server_get_stats")
-        return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1}
+        return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1
+                + _STAT_FIELDS_2_2}
 
     def end_cause(self) -> typing.Optional[str]:
         """Why the link is down (the receive thread's end cause, "stopped"

@@ -131,6 +131,8 @@ pub struct E2e {
     pub emulator_ns_per_frame: f64,
     /// Times the server's thread blocked (parked) per frame.
     pub parks_per_frame: f64,
+    /// Times the server's thread napped per frame.
+    pub naps_per_frame: f64,
 }
 
 /// How the end-to-end run is driven.
@@ -271,6 +273,7 @@ pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
         cpu: cpu as f64 / elapsed.as_nanos().max(1) as f64,
         emulator_ns_per_frame: per(emu_cpu),
         parks_per_frame: per(st.parks),
+        naps_per_frame: per(st.naps),
     })
 }
 

@@ -189,6 +189,10 @@ pub struct rocev2_stats {
     /// PSN, re-programmed after a reload; the server re-synchronised and
     /// logged a warning). Since 2.1.
     pub peer_restarts: u64,
+    /// Times the receive thread napped: slept briefly, then took what came
+    /// (a paced sender, whose rate spinning would not raise; see
+    /// spin_us). Since 2.2.
+    pub naps: u64,
 }
 
 /// rocev2_stats.link_state: created, the connection not complete yet.
@@ -488,6 +492,7 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             us_since_last_frame: micros_or_max(s.since_last_frame),
             stale_packets: soft.stale_packets,
             peer_restarts: soft.peer_restarts,
+            naps: s.naps,
         };
         // SAFETY: out is NULL or has struct_size writable bytes (API contract).
         unsafe { write_sized(out, full, "out") }

@@ -103,9 +103,9 @@ impl Pieces for [&[u8]; 3] {
     }
 }
 
-/// A socket's drop count, from SO_MEMINFO (0 when the kernel will not say).
-fn drops_of(fd: RawFd) -> u64 {
-    const SK_MEMINFO_DROPS: usize = 8;
+/// A socket's memory figures (SO_MEMINFO, `SK_MEMINFO_*` order), None when
+/// the kernel will not say.
+fn meminfo(fd: RawFd) -> Option<[u32; 16]> {
     let mut info = [0u32; 16];
     let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `info`, ours.
@@ -118,10 +118,14 @@ fn drops_of(fd: RawFd) -> u64 {
             &mut len,
         )
     };
-    if rc != 0 || (len as usize) < (SK_MEMINFO_DROPS + 1) * 4 {
-        return 0;
-    }
-    info[SK_MEMINFO_DROPS] as u64
+    const SK_MEMINFO_DROPS: usize = 8;
+    (rc == 0 && len as usize >= (SK_MEMINFO_DROPS + 1) * 4).then_some(info)
+}
+
+/// A socket's drop count, from SO_MEMINFO (0 when the kernel will not say).
+fn drops_of(fd: RawFd) -> u64 {
+    const SK_MEMINFO_DROPS: usize = 8;
+    meminfo(fd).map_or(0, |i| i[SK_MEMINFO_DROPS] as u64)
 }
 
 fn iovec(at: *mut u8, len: usize) -> libc::iovec {
@@ -313,6 +317,14 @@ impl UdpIo {
     /// its filter at work).
     pub fn kernel_drops(&self) -> u64 {
         drops_of(self.rx_fd())
+    }
+
+    /// The receiving socket's buffer (SO_RCVBUF as the kernel keeps it:
+    /// twice what was asked, capped at net.core.rmem_max, and charged with
+    /// each packet's kernel overhead too), bytes; None when unknown.
+    pub fn rx_buffer_bytes(&self) -> Option<u64> {
+        const SK_MEMINFO_RCVBUF: usize = 1;
+        meminfo(self.rx_fd()).map(|i| i[SK_MEMINFO_RCVBUF] as u64)
     }
 
     #[cfg(test)]

@@ -71,6 +71,13 @@ pub(crate) trait Backend: Send {
     fn drained(&self) -> bool {
         false
     }
+    /// Bytes the transport queues for the thread besides the posted
+    /// receives (soft: the receiving socket's buffer), which bound how long
+    /// it may nap; None: only the posted receives do (verbs: the NIC places
+    /// each message into one).
+    fn queue_bytes(&self) -> Option<u64> {
+        None
+    }
     /// Where its own counters can be read from any thread (none by default).
     fn counters(&self) -> BackendCounters {
         BackendCounters::None

@@ -131,7 +131,7 @@ impl Spin {
     /// A poll found nothing: true to poll again (spin), false to park.
     /// `clock` is read at the first empty poll and every few after it.
     pub fn idle(&mut self, clock: impl FnOnce() -> Instant) -> bool {
-        if self.max.is_zero() || self.judge.as_ref().is_some_and(|j| j.mode() == Mode::Park) {
+        if self.max.is_zero() || self.judge.as_ref().is_some_and(|j| j.mode() == Mode::Nap) {
             return false;
         }
         match self.phase {
@@ -149,6 +149,13 @@ impl Spin {
             }
             Phase::Parked { .. } => false,
         }
+    }
+
+    /// How long to nap before parking (None: park at once); `room`: the
+    /// frames the posted receives and the transport's buffers hold with a
+    /// margin (`judge.rs`).
+    pub fn nap(&self, room: u64) -> Option<Duration> {
+        self.judge.as_ref()?.nap(room)
     }
 
     /// The loop blocks: the spin is over until a poll finds work.

@@ -59,6 +59,9 @@ counters! {
         repost_batches,
         /// Times the receive thread blocked waiting for completions.
         parks,
+        /// Times the receive thread napped (slept briefly, then took what
+        /// came: a paced sender, see `spin_us`).
+        naps,
         /// Completions with an error status (the slot is re-posted).
         completion_errors,
         /// Flush completions (the QP entered the error state; the thread ends).

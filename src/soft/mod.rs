@@ -663,6 +663,10 @@ impl Backend for SoftBackend {
         self.io.drained()
     }
 
+    fn queue_bytes(&self) -> Option<u64> {
+        self.io.rx_buffer_bytes()
+    }
+
     fn counters(&self) -> BackendCounters {
         BackendCounters::Soft(Arc::clone(&self.counters))
     }

@@ -164,7 +164,7 @@ static void struct_sizes_and_code_tables(void) {
 }
 
 /* ABI 2.1 grew rocev2_stats (link health): a 2.0 caller's struct ends
- * before link_state and gets exactly that much. */
+ * before link_state and gets exactly that much; 2.2 added naps. */
 static void stats_grew_in_2_1(rocev2_server* srv) {
     unsigned char sb[sizeof(rocev2_stats) + 16];
     size_t v20 = offsetof(rocev2_stats, link_state);
@@ -179,6 +179,15 @@ static void stats_grew_in_2_1(rocev2_server* srv) {
     CHECK(st.struct_size == sizeof st && st.link_state == ROCEV2_LINK_CREATED);
     CHECK(st.us_since_last_packet == UINT64_MAX && st.us_since_last_frame == UINT64_MAX);
     CHECK(st.peer_restarts == 0 && st.stale_packets == 0 && st.reserved2 == 0);
+    CHECK(st.naps == 0);
+    /* ABI 2.2 grew it again (naps): a 2.1 caller's struct ends before it. */
+    size_t v21 = offsetof(rocev2_stats, naps);
+    memset(sb, 0xA5, sizeof sb);
+    ((rocev2_stats*)sb)->struct_size = (uint32_t)v21;
+    CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));
+    CHECK(((rocev2_stats*)sb)->struct_size == v21);
+    CHECK(((rocev2_stats*)sb)->peer_restarts == 0);
+    CHECK(canary_intact(sb, v21, sizeof sb));
     CHECK(rocev2_server_end_cause(srv, NULL, 0) == 0); /* created: nothing ended */
     char cause[8] = "x";
     CHECK(rocev2_server_end_cause(NULL, cause, sizeof cause) == 0);

@@ -301,17 +301,23 @@ fn paced_rows(seconds: f64, window: usize) -> Result<(), Fail> {
             ratio,
             goal,
         );
-        for (runs, what) in by_spin.iter().zip(["spin_us 50", "spin_us 0"]) {
+        for (runs, what) in by_spin.iter().zip(["spin_us 50 (judged)", "spin_us 0"]) {
             let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
             let cpu = mmm(runs.iter().map(|r| r.cpu * 100.0).collect());
+            let frames_per = |x: f64| if x > 0.0 { 1.0 / x } else { 0.0 };
+            let naps = mmm(runs.iter().map(|r| frames_per(r.naps_per_frame)).collect());
+            let parks = mmm(runs.iter().map(|r| frames_per(r.parks_per_frame)).collect());
             note(&format!(
-                "{what}: {:.0}/{:.0}/{:.0} ns/frame, CPU {:.0}/{:.0}/{:.0}%; {}",
+                "{what}: {:.0}/{:.0}/{:.0} ns/frame, CPU {:.0}/{:.0}/{:.0}%; \
+                 {:.0} frames per nap, {:.0} per park; {}",
                 busy.0,
                 busy.1,
                 busy.2,
                 cpu.0,
                 cpu.1,
                 cpu.2,
+                naps.1,
+                parks.1,
                 loss_line(runs, rate)
             ));
         }

@@ -232,8 +232,8 @@ fn report(
         );
     }
     println!(
-        "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks, {} socket drops",
-        s.soft().packets_rx, s.soft().acks_tx, s.soft().rnr_naks_tx, s.soft().seq_naks_tx, s.soft().duplicates, s.parks, s.soft().socket_drops
+        "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks, {} naps, {} socket drops",
+        s.soft().packets_rx, s.soft().acks_tx, s.soft().rnr_naks_tx, s.soft().seq_naks_tx, s.soft().duplicates, s.parks, s.naps, s.soft().socket_drops
     );
     println!(
         "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \

@@ -370,6 +370,7 @@ fn summary(
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
         "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.soft().peer_restarts,
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
+        "parks": s.parks, "naps": s.naps,
     });
     if let Some(w) = rec {
         v["recorded"] = json!(w.records);
