@@ -119,11 +119,8 @@ impl ServerCore {
             // After a receive that emptied the socket, no poll that would
             // find nothing: spin (polling) or block (which sees what came).
             if !std::mem::take(&mut drained) {
-                backend.poll(&mut rx.completions)?;
-                if let Some(now) = self.note_activity(backend, &mut rx) {
-                    spin.work(now, rx.completions.len());
-                    self.dispatch(callback, &mut rx)?;
-                    drained = backend.drained();
+                if let Some(d) = self.poll_work(backend, callback, &mut rx, &mut spin)? {
+                    drained = d;
                     continue;
                 }
             }
@@ -151,11 +148,8 @@ impl ServerCore {
             if let Some(nap) = spin.nap(room) {
                 std::thread::sleep(nap);
                 bump(&self.counters.naps, 1);
-                backend.poll(&mut rx.completions)?;
-                if let Some(now) = self.note_activity(backend, &mut rx) {
-                    spin.work(now, rx.completions.len());
-                    self.dispatch(callback, &mut rx)?;
-                    drained = backend.drained();
+                if let Some(d) = self.poll_work(backend, callback, &mut rx, &mut spin)? {
+                    drained = d;
                     continue;
                 }
             }
@@ -189,6 +183,24 @@ impl ServerCore {
             self.dispatch(callback, &mut rx)?;
         }
         Ok(())
+    }
+
+    /// Polls; when that found work, hands it out and returns whether the
+    /// backend was drained by it (None: nothing found, nothing done).
+    fn poll_work(
+        self: &Arc<Self>,
+        backend: &mut dyn Backend,
+        callback: &mut Option<FrameCallback>,
+        rx: &mut Rx,
+        spin: &mut Spin,
+    ) -> Result<Option<bool>> {
+        backend.poll(&mut rx.completions)?;
+        let Some(now) = self.note_activity(backend, rx) else {
+            return Ok(None);
+        };
+        spin.work(now, rx.completions.len());
+        self.dispatch(callback, rx)?;
+        Ok(Some(backend.drained()))
     }
 
     /// Stamps the last packet's time when the backend saw packets (soft:
