@@ -146,6 +146,20 @@ fn packet_socket(ifname: &str) -> Result<OwnedFd> {
         1,
         "setsockopt(PACKET_VNET_HDR) on the raw capture socket",
     )?;
+    // Loopback shows a tap each packet twice, once as it leaves: the filter
+    // drops that copy, but only after the kernel cloned the packet for it on
+    // the sending CPU (every FPGA packet from a sender on this host, every
+    // ACK of ours). Ignoring outgoing packets skips the tap for them
+    // (Linux 4.20+; on an older kernel the filter still drops them).
+    if let Err(e) = setsockopt_int(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_IGNORE_OUTGOING,
+        1,
+        "setsockopt(PACKET_IGNORE_OUTGOING) on the raw capture socket",
+    ) {
+        log::debug!("{e}; outgoing copies are dropped by the filter");
+    }
     Ok(raw)
 }
 
