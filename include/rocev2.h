@@ -257,8 +257,8 @@ typedef struct {
   uint32_t rx_queue_depth;
   /**
    * Most the receive thread busy-polls before it blocks, microseconds (default 50; 0 never;
-   * adaptive below it: spins while packets come within it, blocks at once on an idle or slow link,
-   * and on a paced one where spinning brings no more frames than blocking).
+   * adaptive below it: spins while packets come within it, blocks at once on an idle or slow link;
+   * on a paced link, where spinning brings no more frames than napping, naps up to 200 us instead).
    */
   uint32_t spin_us;
   /**

@@ -316,9 +316,11 @@ pub struct ServerConfig {
     /// link, or one slower than `spin_us` between packets, costs what
     /// blocking costs instead of a spin per gap. Whether to spin at all is
     /// judged by the frame rate it brings (trials of a few milliseconds,
-    /// at most one a second once settled): a sender that waits for the
-    /// host's ACKs (surf's 4-message window) keeps the spin; a paced sender,
-    /// whose rate parking reaches too, gets a thread that blocks at once.
+    /// one a second once settled): a sender that waits for the host's ACKs
+    /// (surf's 4-message window) keeps the spin; a paced sender, whose rate
+    /// napping reaches too, gets a thread that naps (sleeps up to 200 us,
+    /// sized to the slots and socket buffer, then takes the batch) and
+    /// parks when a nap found nothing. 0 neither spins nor naps.
     pub spin_us: u32,
     /// How long `stop` waits for a frame callback that is still running before
     /// it detaches the receive thread instead of joining it, in milliseconds

@@ -57,8 +57,8 @@ pub struct rocev2_server_config {
     /// Number of receive slots (default 256; 1..65536; slab < 4 GiB).
     pub rx_queue_depth: u32,
     /// Most the receive thread busy-polls before it blocks, microseconds (default 50; 0 never;
-    /// adaptive below it: spins while packets come within it, blocks at once on an idle or slow link,
-    /// and on a paced one where spinning brings no more frames than blocking).
+    /// adaptive below it: spins while packets come within it, blocks at once on an idle or slow link;
+    /// on a paced link, where spinning brings no more frames than napping, naps up to 200 us instead).
     pub spin_us: u32,
     /// How long stop waits for a running frame callback before detaching, ms (default 5000).
     pub stop_timeout_ms: u32,

@@ -66,7 +66,7 @@ pub struct RecvArgs {
     /// Bytes per receive slot: the largest frame the FPGA may send
     #[arg(long, value_name = "BYTES", default_value = "9000", value_parser = num::<u32>(1, MAX_PAYLOAD))]
     max_payload: u32,
-    /// Longest the receive thread busy-polls an idle link before it blocks, in microseconds (adaptive below it). 0 blocks at once: the least CPU, for a paced link (README: Performance); the default keeps a window-limited sender such as surf's engine at full speed
+    /// Longest the receive thread busy-polls an idle link before it blocks, in microseconds (adaptive below it; on a paced link, where spinning brings no more frames, it naps instead: README, "Waiting: spin, nap, park"). 0 never spins or naps: it blocks at once
     #[arg(long, value_name = "US", default_value = "50", value_parser = num::<u32>(0, 1_000_000))]
     spin_us: u32,
     /// Pin the receive thread to this CPU [default: not pinned]
