@@ -29,8 +29,10 @@
 //! multiplies the hold before the next one by [`GROWTH`], up to
 //! [`HOLD_MAX`] (then 0.4% of the time is spent in the other mode); one that
 //! switches it starts again from [`HOLD_MIN`], so a wrong switch is undone
-//! quickly. A trial whose phase spans an idle stretch, or sees too few
-//! frames to judge, is void (the held mode stays). `spin_us` 0 neither
+//! quickly. A trial whose phase spans an idle stretch, sees too few
+//! frames to judge, or whose two held phases disagree by more than
+//! [`STEADY`] (a stream starting up, a stalling consumer) is void: the held
+//! mode stays. `spin_us` 0 neither
 //! spins nor naps: it parks at once, as documented.
 //!
 //! Earlier, a judge that compared the gaps after short probes (16 idle
@@ -55,6 +57,9 @@ pub(super) const NAP_KEEPS: f64 = 0.97;
 pub(super) const NAP_MAX: Duration = Duration::from_micros(200);
 /// A shorter nap is not worth its timer: park at once.
 const NAP_MIN: Duration = Duration::from_micros(10);
+/// A trial whose held phases differ by more than this share of the higher
+/// one is void: the rate moved under it.
+const STEADY: f64 = 0.1;
 /// A phase with fewer frames does not count (the trial is void).
 const MIN_FRAMES: u64 = 32;
 /// A phase that lasted more than this many [`PHASE`]s spanned an idle
@@ -191,6 +196,21 @@ impl Judge {
                     *n += 1;
                     *start = now;
                     *seen = 0;
+                    return;
+                }
+                // The held mode's two phases disagree: the rate moved (a
+                // stream starting, a consumer stalling) more than any
+                // difference the trial could tell; judge nothing.
+                if (rates[0] - rates[2]).abs() > rates[0].max(rates[2]) * STEADY {
+                    log::debug!(
+                        "spin judge: trial void (held {:?}: {:.0} then {:.0} frames/s)",
+                        self.held,
+                        rates[0],
+                        rates[2]
+                    );
+                    self.stage = Stage::Hold {
+                        until: now + self.hold,
+                    };
                     return;
                 }
                 let held = (rates[0] + rates[2]) / 2.0;
@@ -366,6 +386,21 @@ mod tests {
         }
         assert!(matches!(j.stage, Stage::Hold { .. }), "{:?}", j.stage);
         assert!(j.rate > 500_000.0, "{}", j.rate);
+    }
+
+    #[test]
+    fn a_trial_while_the_rate_ramps_is_void() {
+        // A stream starting up: 100k, then (napping) 400k, then 800k frames/s
+        // spinning. Napping "wins" against the average of the held phases,
+        // but the held phases disagree: nothing is judged.
+        let mut j = Judge::new();
+        let mut t = Instant::now();
+        drive(&mut j, &mut t, HOLD_MIN.as_secs_f64() + 0.0005, paced);
+        for r in [100_000.0, 400_000.0, 800_000.0] {
+            drive(&mut j, &mut t, PHASE.as_secs_f64(), |_| r);
+        }
+        assert!(matches!(j.stage, Stage::Hold { .. }), "{:?}", j.stage);
+        assert_eq!((j.held, j.hold), (Mode::Spin, HOLD_MIN));
     }
 
     #[test]
