@@ -103,6 +103,10 @@ impl Pieces for [&[u8]; 3] {
     }
 }
 
+/// SO_MEMINFO's figures used here (`SK_MEMINFO_*` in linux/sock_diag.h).
+const SK_MEMINFO_RCVBUF: usize = 1;
+const SK_MEMINFO_DROPS: usize = 8;
+
 /// A socket's memory figures (SO_MEMINFO, `SK_MEMINFO_*` order), None when
 /// the kernel will not say.
 fn meminfo(fd: RawFd) -> Option<[u32; 16]> {
@@ -118,13 +122,11 @@ fn meminfo(fd: RawFd) -> Option<[u32; 16]> {
             &mut len,
         )
     };
-    const SK_MEMINFO_DROPS: usize = 8;
     (rc == 0 && len as usize >= (SK_MEMINFO_DROPS + 1) * 4).then_some(info)
 }
 
 /// A socket's drop count, from SO_MEMINFO (0 when the kernel will not say).
 fn drops_of(fd: RawFd) -> u64 {
-    const SK_MEMINFO_DROPS: usize = 8;
     meminfo(fd).map_or(0, |i| i[SK_MEMINFO_DROPS] as u64)
 }
 
@@ -323,7 +325,6 @@ impl UdpIo {
     /// twice what was asked, capped at net.core.rmem_max, and charged with
     /// each packet's kernel overhead too), bytes; None when unknown.
     pub fn rx_buffer_bytes(&self) -> Option<u64> {
-        const SK_MEMINFO_RCVBUF: usize = 1;
         meminfo(self.rx_fd()).map(|i| i[SK_MEMINFO_RCVBUF] as u64)
     }
 

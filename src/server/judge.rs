@@ -32,8 +32,8 @@
 //! quickly. A trial whose phase spans an idle stretch, sees too few
 //! frames to judge, or whose two held phases disagree by more than
 //! [`STEADY`] (a stream starting up, a stalling consumer) is void: the held
-//! mode stays. `spin_us` 0 neither
-//! spins nor naps: it parks at once, as documented.
+//! mode stays. `spin_us` 0 neither spins nor naps: it parks at once, as
+//! documented.
 //!
 //! Earlier, a judge that compared the gaps after short probes (16 idle
 //! periods) misjudged the window-limited sender now and then: a window's
@@ -43,18 +43,18 @@
 use std::time::{Duration, Instant};
 
 /// One phase of a trial.
-pub(super) const PHASE: Duration = Duration::from_millis(4);
+const PHASE: Duration = Duration::from_millis(4);
 /// The hold before the first trial and after a switch.
-pub(super) const HOLD_MIN: Duration = Duration::from_millis(20);
+const HOLD_MIN: Duration = Duration::from_millis(20);
 /// A trial that confirms the held mode multiplies the hold by this.
 const GROWTH: u32 = 4;
 /// The longest hold between trials.
-pub(super) const HOLD_MAX: Duration = Duration::from_secs(1);
+const HOLD_MAX: Duration = Duration::from_secs(1);
 /// Napping is chosen when its frame rate is at least this share of
 /// spinning's.
-pub(super) const NAP_KEEPS: f64 = 0.97;
+const NAP_KEEPS: f64 = 0.97;
 /// The longest nap.
-pub(super) const NAP_MAX: Duration = Duration::from_micros(200);
+const NAP_MAX: Duration = Duration::from_micros(200);
 /// A shorter nap is not worth its timer: park at once.
 const NAP_MIN: Duration = Duration::from_micros(10);
 /// A trial whose held phases differ by more than this share of the higher
@@ -146,14 +146,17 @@ impl Judge {
         }
     }
 
+    /// The held mode from `now` for the current hold.
+    fn hold_from(&mut self, now: Instant) {
+        self.stage = Stage::Hold {
+            until: now + self.hold,
+        };
+    }
+
     /// A poll at `now` found work and completed `frames` frames.
     pub fn work(&mut self, now: Instant, frames: u64) {
         match &mut self.stage {
-            Stage::Start => {
-                self.stage = Stage::Hold {
-                    until: now + self.hold,
-                }
-            }
+            Stage::Start => self.hold_from(now),
             Stage::Hold { until } => {
                 if now >= *until {
                     self.stage = Stage::Trial {
@@ -181,9 +184,7 @@ impl Judge {
                         seen,
                         self.held
                     );
-                    self.stage = Stage::Hold {
-                        until: now + self.hold,
-                    };
+                    self.hold_from(now);
                     return;
                 }
                 rates[*n] = *seen as f64 / took.as_secs_f64();
@@ -208,9 +209,7 @@ impl Judge {
                         rates[0],
                         rates[2]
                     );
-                    self.stage = Stage::Hold {
-                        until: now + self.hold,
-                    };
+                    self.hold_from(now);
                     return;
                 }
                 let held = (rates[0] + rates[2]) / 2.0;
@@ -232,9 +231,7 @@ impl Judge {
                     self.held = chosen;
                     self.hold = HOLD_MIN;
                 }
-                self.stage = Stage::Hold {
-                    until: now + self.hold,
-                };
+                self.hold_from(now);
             }
         }
     }
@@ -271,6 +268,18 @@ mod tests {
         }
         let s = spin as f64 / steps as f64;
         (s, 1.0 - s)
+    }
+
+    /// A new judge through its first hold, then its first trial's three
+    /// phases at `rates` frames/s (whatever the mode).
+    fn first_trial(rates: [f64; 3]) -> Judge {
+        let mut j = Judge::new();
+        let mut t = Instant::now();
+        drive(&mut j, &mut t, HOLD_MIN.as_secs_f64() + 0.0005, paced);
+        for r in rates {
+            drive(&mut j, &mut t, PHASE.as_secs_f64(), |_| r);
+        }
+        j
     }
 
     /// surf's window: the rate follows the thread's latency.
@@ -376,14 +385,7 @@ mod tests {
         assert_eq!(j.nap(29).map(us), Some(100), "29 frames: 100 us");
         assert_eq!(j.nap(2), None, "7 us: not worth a timer, park");
         // The highest phase of the trial counts.
-        let mut j = Judge::new();
-        let mut t = Instant::now();
-        let mut rates = [290_000.0, 580_000.0, 290_000.0].into_iter();
-        drive(&mut j, &mut t, HOLD_MIN.as_secs_f64() + 0.0005, paced);
-        for _ in 0..3 {
-            let r = rates.next().unwrap();
-            drive(&mut j, &mut t, PHASE.as_secs_f64(), |_| r);
-        }
+        let j = first_trial([290_000.0, 580_000.0, 290_000.0]);
         assert!(matches!(j.stage, Stage::Hold { .. }), "{:?}", j.stage);
         assert!(j.rate > 500_000.0, "{}", j.rate);
     }
@@ -393,12 +395,7 @@ mod tests {
         // A stream starting up: 100k, then (napping) 400k, then 800k frames/s
         // spinning. Napping "wins" against the average of the held phases,
         // but the held phases disagree: nothing is judged.
-        let mut j = Judge::new();
-        let mut t = Instant::now();
-        drive(&mut j, &mut t, HOLD_MIN.as_secs_f64() + 0.0005, paced);
-        for r in [100_000.0, 400_000.0, 800_000.0] {
-            drive(&mut j, &mut t, PHASE.as_secs_f64(), |_| r);
-        }
+        let j = first_trial([100_000.0, 400_000.0, 800_000.0]);
         assert!(matches!(j.stage, Stage::Hold { .. }), "{:?}", j.stage);
         assert_eq!((j.held, j.hold), (Mode::Spin, HOLD_MIN));
     }
