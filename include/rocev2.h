@@ -773,7 +773,9 @@ rocev2_status rocev2_server_release_many(rocev2_server *srv, const uint64_t *tok
  * Releases a frame's loan; its slot is re-posted. Exactly once per token,
  * from any thread, at any time (also inside the callback, after stop, and
  * after destroy for tokens still outstanding). Never blocks.
- * ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token.
+ * ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token, a
+ * token of another server (each server's tokens carry its own tag), or a
+ * handle whose server is gone; nothing is released then.
  *
  * Thread safety: any thread, concurrently with any call (destroy included:
  * the token keeps the server's memory alive).
@@ -940,7 +942,10 @@ rocev2_status rocev2_server_stop(rocev2_server *srv);
 /**
  * Stops (if needed) and releases the handle (NULL is ignored). Slab memory
  * stays valid until the last outstanding token is released; after destroy
- * the handle may only be passed to rocev2_server_release for such tokens.
+ * the handle may only be passed to rocev2_server_release for such tokens
+ * (a destroyed handle passed to anything else is refused with
+ * ROCEV2_ERR_INVALID_ARGUMENT, destroyed twice it is logged; it is never
+ * dereferenced).
  * Must not be called from the frame callback.
  *
  * Thread safety: once per handle, from any thread but the receive thread,

@@ -112,7 +112,8 @@ impl Queue {
 }
 
 struct Core {
-    /// Slab::state: generation << 1 | loaned.
+    /// Slab::state, frame loans only (a token's loan differs by one bit
+    /// that this model's paths never set): generation << 1 | loaned.
     loans: Vec<AtomicU64>,
     releases: Queue,
     wake: EventFd,

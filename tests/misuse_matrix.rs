@@ -305,3 +305,156 @@ fn a_thousand_create_stop_destroy_cycles_leak_nothing() {
     );
     println!("1000 cycles: fds {fd0} -> {fd1}, RSS {rss0} -> {rss1} KiB");
 }
+
+/// Streams `n` pattern frames (sequence numbers from `first`) from `emu` to
+/// its server, which has no callback: they queue for poll_frame.
+fn queue_frames(emu: &mut FpgaEmulator, first: u64, n: u64) {
+    for i in first..first + n {
+        emu.submit(pattern::make(i, 64), 0);
+    }
+    emu.run_until_idle(Duration::from_secs(10))
+        .expect("the server ACKs every frame");
+}
+
+/// A soft server, connected.
+fn connected(depth: u32) -> Soft {
+    let s = soft(depth);
+    assert_eq!(connect(&s), rocev2_status::ROCEV2_OK);
+    s
+}
+
+fn release(srv: *mut rocev2_server, token: u64) -> rocev2_status {
+    unsafe { rocev2_server_release(srv, token) }
+}
+
+fn poll(srv: *mut rocev2_server) -> (rocev2_status, rocev2_frame) {
+    let mut fr: rocev2_frame = unsafe { std::mem::zeroed() };
+    fr.struct_size = std::mem::size_of_val(&fr) as u32;
+    let st = unsafe { rocev2_server_poll_frame(srv, 5000, &mut fr) };
+    (st, fr)
+}
+
+fn payload(fr: &rocev2_frame) -> &[u8] {
+    unsafe { std::slice::from_raw_parts(fr.data, fr.len as usize) }
+}
+
+fn stats(srv: *mut rocev2_server) -> rocev2_stats {
+    let mut st: rocev2_stats = unsafe { std::mem::zeroed() };
+    st.struct_size = std::mem::size_of_val(&st) as u32;
+    assert_eq!(
+        unsafe { rocev2_server_get_stats(srv, &mut st) },
+        rocev2_status::ROCEV2_OK
+    );
+    st
+}
+
+#[test]
+fn a_token_of_another_server_releases_nothing() {
+    let _serial = serial();
+    use rocev2_status::*;
+    let (a, b) = (connected(2), connected(2));
+    queue_frames(&mut emulator(&a), 0, 1);
+    queue_frames(&mut emulator(&b), 100, 1);
+    let (sa, fa) = poll(a.srv);
+    let (sb, fb) = poll(b.srv);
+    assert_eq!((sa, sb), (ROCEV2_OK, ROCEV2_OK));
+    // Both first loans: the same slot, the same generation. The tokens
+    // still differ (each server's tag), and B's does nothing to A.
+    assert_eq!((fa.slot, fb.slot), (0, 0));
+    assert_ne!(fa.token, fb.token);
+    unsafe {
+        assert_eq!(
+            rocev2_server_release(a.srv, fb.token),
+            ROCEV2_ERR_UNKNOWN_TOKEN
+        );
+        assert!(
+            last_error().contains("not a token of this server"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            rocev2_server_release_many(a.srv, &fb.token, 1),
+            ROCEV2_ERR_UNKNOWN_TOKEN
+        );
+    }
+    let st = stats(a.srv);
+    assert_eq!((st.loans_outstanding, st.invalid_releases), (1, 2));
+    assert_eq!(pattern::check(payload(&fa)), Ok(0), "A's frame is intact");
+    unsafe {
+        assert_eq!(rocev2_server_release(a.srv, fa.token), ROCEV2_OK);
+        assert_eq!(rocev2_server_release(b.srv, fb.token), ROCEV2_OK);
+    }
+    release_dev(a);
+    release_dev(b);
+}
+
+#[test]
+fn no_token_can_take_a_frame_queued_for_poll() {
+    let _serial = serial();
+    use rocev2_status::*;
+    let (s, b) = (connected(4), connected(4));
+    let mut emu = emulator(&s);
+    queue_frames(&mut emu, 0, 1);
+    queue_frames(&mut emulator(&b), 100, 1);
+    // B's first token names slot 0, generation 1: the loan of the frame
+    // waiting in this server's poll queue. It must not end that loan.
+    let (_, fb) = poll(b.srv);
+    assert_eq!(release(s.srv, fb.token), ROCEV2_ERR_UNKNOWN_TOKEN);
+    let (st, first) = poll(s.srv);
+    assert_eq!((st, first.slot, first.len), (ROCEV2_OK, 0, 64));
+    assert_eq!(pattern::check(payload(&first)), Ok(0));
+    assert_eq!(release(s.srv, first.token), ROCEV2_OK);
+    // The next frame lands in slot 1 under generation 1 and waits in the
+    // poll queue: its loan is a frame's, which no token may end, even one
+    // with this server's tag and that slot and generation.
+    queue_frames(&mut emu, 1, 1);
+    let tag = first.token & !0xff_ffff_ffff;
+    for forged in [tag | (1 << 16) | 1, tag | (2 << 16) | 1, first.token] {
+        assert_eq!(release(s.srv, forged), ROCEV2_ERR_UNKNOWN_TOKEN);
+    }
+    assert_eq!(stats(s.srv).loans_outstanding, 1);
+    let (st, fr) = poll(s.srv);
+    assert_eq!((st, fr.slot, fr.len), (ROCEV2_OK, 1, 64));
+    assert_eq!(pattern::check(payload(&fr)), Ok(1));
+    unsafe {
+        assert_eq!(rocev2_server_stop(s.srv), ROCEV2_OK);
+        assert_eq!(rocev2_server_release(s.srv, fr.token), ROCEV2_OK);
+        assert_eq!(rocev2_server_release(b.srv, fb.token), ROCEV2_OK);
+    }
+    release_dev(s);
+    release_dev(b);
+}
+
+#[test]
+fn a_destroyed_handle_is_refused_not_dereferenced() {
+    let _serial = serial();
+    use rocev2_status::*;
+    let s = connected(2);
+    queue_frames(&mut emulator(&s), 0, 1);
+    let (_, fr) = poll(s.srv);
+    let (srv, dev) = (s.srv, s.dev);
+    unsafe {
+        rocev2_server_destroy(srv);
+        // The token keeps the slab: the frame is readable after destroy.
+        assert_eq!(pattern::check(payload(&fr)), Ok(0));
+        assert_eq!(rocev2_server_stop(srv), ROCEV2_ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("was destroyed"), "{}", last_error());
+        assert_eq!(rocev2_server_release(srv, fr.token), ROCEV2_OK);
+        // The last token is back: the server is gone, and so is its handle.
+        assert_eq!(
+            rocev2_server_release(srv, fr.token),
+            ROCEV2_ERR_UNKNOWN_TOKEN
+        );
+        assert_eq!(
+            rocev2_server_release_many(srv, &fr.token, 1),
+            ROCEV2_ERR_UNKNOWN_TOKEN
+        );
+        assert_eq!(rocev2_server_stop(srv), ROCEV2_ERR_INVALID_ARGUMENT);
+        rocev2_server_destroy(srv); // logged, nothing else
+                                    // A pointer that never was a handle.
+        let bogus = 0xdead_bee0usize as *mut rocev2_server;
+        assert_eq!(rocev2_server_stop(bogus), ROCEV2_ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("not a handle"), "{}", last_error());
+        rocev2_device_close(dev);
+    }
+}

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use super::guard::{fn_name, guard, null, write_sized, ArcHandle, Sized2};
+use super::guard::{fn_name, guard, null, write_sized, Sized2};
+use super::handles;
 use super::rocev2_status;
-use super::server::{core_arc, core_ref, rocev2_server};
+use super::server::{core_ref, rocev2_server};
 use crate::error::{Error, ErrorKind};
 use crate::server::Frame;
 
@@ -50,13 +51,9 @@ unsafe impl Sized2 for rocev2_frame {
 
 /// Hands a frame's loan to C: its token now holds the frame's reference.
 pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
-    let data = f.data().as_ptr();
-    let (len, channel, immediate, slot) = (
-        f.len(),
-        f.channel() as u32,
-        f.immediate().unwrap_or(0),
-        f.slot(),
-    );
+    // Pointer and length from one slice: they always describe readable bytes.
+    let (data, len) = (f.data().as_ptr(), f.data().len() as u32);
+    let (channel, immediate, slot) = (f.channel() as u32, f.immediate().unwrap_or(0), f.slot());
     let flags = if f.has_immediate() {
         ROCEV2_FRAME_HAS_IMMEDIATE
     } else {
@@ -113,7 +110,7 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
                 rocev2_frame::FIRST_SIZE
             )));
         }
-        let core = core_arc(srv)?;
+        let core = core_ref(srv)?;
         let timeout = timeout_of(timeout_ms)?;
         match core.poll_frame(timeout)? {
             // SAFETY: frame has struct_size (>= ours) writable bytes.
@@ -164,7 +161,7 @@ pub unsafe extern "C" fn rocev2_server_poll_frames(
         if max == 0 {
             return Err(Error::invalid("max is 0; valid: 1 or more frames"));
         }
-        let core = core_arc(srv)?;
+        let core = core_ref(srv)?;
         let timeout = timeout_of(timeout_ms)?;
         let put = |f: Frame| {
             // SAFETY: `frames` holds `max` structs of `stride` bytes (API
@@ -209,7 +206,7 @@ pub unsafe extern "C" fn rocev2_server_release_many(
         }
         // SAFETY: tokens has n readable u64 (API contract).
         let tokens = unsafe { std::slice::from_raw_parts(tokens, n) };
-        let core = core_ref(srv)?;
+        let core = handles::server_for_release(srv)?;
         let mut first_bad = None;
         let mut released = 0;
         for (i, &t) in tokens.iter().enumerate() {
@@ -220,14 +217,9 @@ pub unsafe extern "C" fn rocev2_server_release_many(
                 }
             }
         }
-        // The references go back last: each released loan held one strong
-        // reference (Frame::into_token), which kept the core alive through
-        // the loop even after destroy; dropping them may free it, so `core`
-        // is not used afterwards.
-        for _ in 0..released {
-            // SAFETY: as in rocev2_server_release, once per released loan.
-            drop(unsafe { rocev2_server::take(srv) });
-        }
+        // Each released loan held one strong reference (Frame::into_token);
+        // they go back through `core`, which may then free the server.
+        handles::give_back_token_refs(srv, core, released);
         match first_bad {
             None => Ok(()),
             Some((i, e)) => Err(Error::new(e.kind(), format!("tokens[{i}]: {e}"))),
@@ -238,7 +230,9 @@ pub unsafe extern "C" fn rocev2_server_release_many(
 /// Releases a frame's loan; its slot is re-posted. Exactly once per token,
 /// from any thread, at any time (also inside the callback, after stop, and
 /// after destroy for tokens still outstanding). Never blocks.
-/// ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token.
+/// ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token, a
+/// token of another server (each server's tokens carry its own tag), or a
+/// handle whose server is gone; nothing is released then.
 ///
 /// Thread safety: any thread, concurrently with any call (destroy included:
 /// the token keeps the server's memory alive).
@@ -248,12 +242,11 @@ pub unsafe extern "C" fn rocev2_server_release(
     token: u64,
 ) -> rocev2_status {
     guard(fn_name!(), || {
-        let core = core_ref(srv)?;
+        let core = handles::server_for_release(srv)?;
         core.release_token(token)?;
-        // SAFETY: the loan just released held one strong reference handed out
-        // by Frame::into_token for this same core; give it back. This may free
-        // the core (after destroy), so `core` is not used afterwards.
-        drop(unsafe { rocev2_server::take(srv) });
+        // The loan just released held one strong reference (handed out by
+        // Frame::into_token); it goes back through `core`.
+        handles::give_back_token_refs(srv, core, 1);
         Ok(())
     })
 }

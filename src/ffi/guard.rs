@@ -2,13 +2,12 @@
 //! (named by [`fn_name!`], from the function itself), which catches panics,
 //! records the thread-local last error and turns the outcome into a status
 //! code. Also the pointer checks and the typed handle conversions
-//! ([`BoxHandle`], [`ArcHandle`]): the only places a C handle pointer is cast
-//! to the Rust value it owns.
+//! ([`BoxHandle`] for devices; server handles are registry ids, checked in
+//! `handles.rs` and never dereferenced).
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 /// The name of the enclosing function: the exported symbol, for messages.
 macro_rules! fn_name {
@@ -183,55 +182,6 @@ pub(crate) trait BoxHandle: Sized {
             // SAFETY: per the caller, p is a live Box<Self::Rust>, freed once here.
             drop(unsafe { Box::from_raw(p as *mut Self::Rust) });
         }
-    }
-}
-
-/// A C handle type whose pointers hold one strong count of an
-/// `Arc<Self::Rust>` (the handle's own, plus one per outstanding loan token).
-pub(crate) trait ArcHandle: Sized {
-    /// The Rust value behind the handle.
-    type Rust;
-
-    /// Hands one strong count of `v` to C.
-    fn into_raw(v: Arc<Self::Rust>) -> *mut Self {
-        Arc::into_raw(v) as *mut Self
-    }
-
-    /// The value behind a handle, or a NullPointer error naming `arg`.
-    ///
-    /// # Safety
-    /// A non-null `p` must come from [`into_raw`](Self::into_raw) with a
-    /// strong count still held for it.
-    unsafe fn borrow<'a>(p: *const Self, arg: &str) -> Result<&'a Self::Rust> {
-        // SAFETY: per the caller, p is null or points into a live Arc.
-        unsafe { deref(p as *const Self::Rust, arg) }
-    }
-
-    /// A new strong reference (the handle's count is untouched).
-    ///
-    /// # Safety
-    /// As for [`borrow`](Self::borrow).
-    unsafe fn clone_arc(p: *const Self, arg: &str) -> Result<Arc<Self::Rust>> {
-        if p.is_null() {
-            return Err(null(arg));
-        }
-        let p = p as *const Self::Rust;
-        // SAFETY: per the caller, p is a live Arc pointer; a count is added
-        // before the Arc is materialised.
-        unsafe {
-            Arc::increment_strong_count(p);
-            Ok(Arc::from_raw(p))
-        }
-    }
-
-    /// Takes back one strong count handed to C (the handle's, or a token's).
-    ///
-    /// # Safety
-    /// A non-null `p` must come from [`into_raw`](Self::into_raw) and the
-    /// count given back must be one C still holds, given back once.
-    unsafe fn take(p: *const Self) -> Option<Arc<Self::Rust>> {
-        // SAFETY: per the caller.
-        (!p.is_null()).then(|| unsafe { Arc::from_raw(p as *const Self::Rust) })
     }
 }
 

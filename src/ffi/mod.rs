@@ -12,7 +12,9 @@
 //! - Config structs carry `struct_size`: fill them with the `*_init` functions.
 //! - Safety: a pointer argument is NULL or valid for its type and documented
 //!   size; handles come from this library and are not used after destroy/close
-//!   (except rocev2_server_release for outstanding tokens).
+//!   (except rocev2_server_release for outstanding tokens). Server handles
+//!   are checked ids, not pointers: a destroyed or made-up one is refused
+//!   with an error (ROCEV2_ERR_UNKNOWN_TOKEN from the release calls).
 
 #![allow(non_camel_case_types)]
 // Every exported function has one safety contract, stated in the module docs
@@ -24,6 +26,7 @@ mod device;
 mod frame;
 mod gid;
 pub(crate) mod guard;
+mod handles;
 mod logging;
 mod server;
 

@@ -1,7 +1,8 @@
 //! Server handles: create, connect, host params, callback, stats, stop,
-//! destroy. A handle is one strong count of the server core; each loan
-//! token holds another (see frame.rs), so the slab outlives destroy until
-//! the last token is released.
+//! destroy. A handle is an id in the handle registry (`handles.rs`), which
+//! holds the handle's strong count of the server core; each loan token holds
+//! another (see frame.rs), so the slab outlives destroy until the last token
+//! is released, and a stale handle is refused, never dereferenced.
 
 // Every exported function has one safety contract, stated in the module docs
 // and in the header: a pointer argument is NULL or valid for its type.
@@ -14,7 +15,7 @@ use super::device::rocev2_device;
 use super::frame::{rocev2_frame, to_frame};
 use super::guard::{
     copy_out, deref_mut, fn_name, guard, guard_void, init_sized, null, read_sized, write_sized,
-    ArcHandle, BoxHandle, Sized2,
+    BoxHandle, Sized2,
 };
 use super::rocev2_status;
 use crate::config::{ConnectParams, ServerConfig};
@@ -28,21 +29,10 @@ pub struct rocev2_server {
     _private: [u8; 0],
 }
 
-impl ArcHandle for rocev2_server {
-    type Rust = ServerCore;
-}
-
-/// The server behind a handle.
-pub(crate) fn core_ref<'a>(srv: *const rocev2_server) -> Result<&'a ServerCore> {
-    // SAFETY: a non-null server pointer is, by the API contract, a live handle
-    // from rocev2_server_create.
-    unsafe { rocev2_server::borrow(srv, "server") }
-}
-
-/// A new strong reference to the server core behind `srv`.
-pub(crate) fn core_arc(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
-    // SAFETY: as in core_ref.
-    unsafe { rocev2_server::clone_arc(srv, "server") }
+/// The live server behind a handle (see `handles.rs`: a handle is checked,
+/// never dereferenced).
+pub(crate) fn core_ref(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
+    super::handles::server(srv)
 }
 
 /// Server settings. Fill with `rocev2_server_config_init(&cfg, sizeof cfg)`,
@@ -328,7 +318,7 @@ pub unsafe extern "C" fn rocev2_server_create(
         // SAFETY: as above (a handle from rocev2_device_open).
         let dev = unsafe { rocev2_device::borrow(dev, "dev") }?;
         let core = Server::create_core(&dev.with_mr_remote_write(remote_write), &sc)?;
-        *out = rocev2_server::into_raw(core);
+        *out = super::handles::register(core);
         Ok(())
     })
 }
@@ -438,7 +428,7 @@ pub unsafe extern "C" fn rocev2_server_complete_connection(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let p = ConnectParams::new(fpga_qpn, fpga_rq_psn, pmtu, min_rnr_timer)?;
-        core_arc(srv)?.complete_connection(&p)
+        core_ref(srv)?.complete_connection(&p)
     })
 }
 
@@ -561,7 +551,10 @@ pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_s
 
 /// Stops (if needed) and releases the handle (NULL is ignored). Slab memory
 /// stays valid until the last outstanding token is released; after destroy
-/// the handle may only be passed to rocev2_server_release for such tokens.
+/// the handle may only be passed to rocev2_server_release for such tokens
+/// (a destroyed handle passed to anything else is refused with
+/// ROCEV2_ERR_INVALID_ARGUMENT, destroyed twice it is logged; it is never
+/// dereferenced).
 /// Must not be called from the frame callback.
 ///
 /// Thread safety: once per handle, from any thread but the receive thread,
@@ -569,10 +562,16 @@ pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_s
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
     guard_void(fn_name!(), || {
-        // SAFETY: srv is NULL or the handle from rocev2_server_create,
-        // destroyed once: this takes back the handle's reference.
-        if let Some(core) = unsafe { rocev2_server::take(srv) } {
-            core.stop();
+        if srv.is_null() {
+            return;
+        }
+        match super::handles::unregister(srv) {
+            Ok(core) => {
+                core.stop();
+                drop(core);
+                super::handles::destroyed(srv);
+            }
+            Err(e) => log::error!("rocev2_server_destroy: {e}"),
         }
     })
 }

@@ -2,7 +2,41 @@
 
 use std::sync::Arc;
 
+use super::slab::GEN_MASK;
 use super::ServerCore;
+
+/// Server tags are 24 bits (see [`Token`]).
+pub(crate) const TAG_MASK: u32 = 0xff_ffff;
+
+/// A C release token, `tag << 40 | generation << 16 | slot`: the server's
+/// tag (24 bits, never 0, so a token is never 0), the loan's generation (24
+/// bits) and the slot (16 bits: at most 65536 slots). A token of another
+/// server carries another tag; a token of an earlier loan of the same slot,
+/// another generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token {
+    pub tag: u32,
+    pub gen: u32,
+    pub slot: u32,
+}
+
+impl Token {
+    /// The 64-bit value C sees.
+    pub fn encode(self) -> u64 {
+        ((self.tag as u64) << 40) | ((self.gen as u64) << 16) | self.slot as u64
+    }
+
+    /// The token `v` names, if its fields are in range (a value C made up
+    /// may still name no loan: the loan table decides).
+    pub fn decode(v: u64) -> Option<Token> {
+        let t = Token {
+            tag: (v >> 40) as u32,
+            gen: ((v >> 16) as u32) & GEN_MASK,
+            slot: (v & 0xffff) as u32,
+        };
+        (t.tag != 0 && t.gen != 0).then_some(t)
+    }
+}
 
 /// A received frame on loan: `data()` points into the slab (zero copy). The
 /// slot is re-posted when the frame is dropped (or its token released).
@@ -58,14 +92,23 @@ impl Frame {
     /// Releases the loan now (the same as dropping the frame).
     pub fn release(self) {}
 
-    /// Turns the loan into a release token for [`ServerCore::release_token`].
-    /// One strong reference to the core is handed to the token (returned as a
-    /// raw pointer): whoever releases the token must give it back with
-    /// `Arc::decrement_strong_count`. Tokens are never 0.
+    /// Turns the loan into a release token for [`ServerCore::release_token`]
+    /// (the loan table marks it a token's loan, which only a token release
+    /// ends). One strong reference to the core is handed to the token
+    /// (returned as a raw pointer): whoever releases the token must give it
+    /// back with `Arc::decrement_strong_count`. Tokens are never 0.
     pub(crate) fn into_token(mut self) -> (u64, *const ServerCore) {
-        let token = ((self.gen as u64) << 32) | self.slot as u64;
         let core = self.core.take().expect("a live frame holds its core");
-        (token, Arc::into_raw(core))
+        // A frame's loan cannot be ended by anyone but the frame (a token
+        // release needs the token state set here), so this always succeeds.
+        let handed = core.slab.to_token(self.slot, self.gen);
+        debug_assert!(handed, "a live frame's loan is a frame's loan");
+        let token = Token {
+            tag: core.tag,
+            gen: self.gen,
+            slot: self.slot,
+        };
+        (token.encode(), Arc::into_raw(core))
     }
 }
 

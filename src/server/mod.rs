@@ -21,7 +21,7 @@ mod thread;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -78,6 +78,10 @@ struct PendingFrame {
 /// Memory of loaned slots lives here, so it stays valid until the handle is
 /// gone *and* the last loan is released.
 pub struct ServerCore {
+    /// This server's token tag (24 bits, never 0; see `Frame::into_token`):
+    /// consecutive servers of a process get consecutive tags from a random
+    /// start, so no two of the last 2^24 servers share one.
+    tag: u32,
     cfg: ServerConfig,
     device_name: String,
     slab: Arc<Slab>,
@@ -103,6 +107,8 @@ pub struct ServerCore {
     exited: Mutex<Option<End>>,
     exited_cv: Condvar,
     activity: Activity,
+    #[cfg(test)]
+    test_hooks: tests::Hooks,
 }
 
 /// How the receive thread ended.
@@ -112,6 +118,19 @@ struct End {
     error: bool,
     /// What happened, for an operator.
     cause: String,
+}
+
+/// The next server's token tag: a process-wide counter from a random start,
+/// 24 bits, skipping 0.
+fn next_tag() -> u32 {
+    static NEXT: once_cell::sync::Lazy<AtomicU32> =
+        once_cell::sync::Lazy::new(|| AtomicU32::new(random_u32()));
+    loop {
+        let t = NEXT.fetch_add(1, Ordering::Relaxed) & frame::TAG_MASK;
+        if t != 0 {
+            return t;
+        }
+    }
 }
 
 impl ServerCore {
@@ -148,6 +167,7 @@ impl ServerCore {
             host.gid
         );
         Ok(Arc::new(ServerCore {
+            tag: next_tag(),
             cfg: cfg.clone(),
             device_name: device_name.to_string(),
             releases: ArrayQueue::new(cfg.rx_queue_depth as usize),
@@ -175,6 +195,8 @@ impl ServerCore {
             exited: Mutex::new(None),
             exited_cv: Condvar::new(),
             activity: Activity::new(),
+            #[cfg(test)]
+            test_hooks: Default::default(),
         }))
     }
 
@@ -353,7 +375,7 @@ impl ServerCore {
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
         self.wake.signal();
-        self.pull_cv.notify_all();
+        self.wake_all_pullers();
         let (thread, on_rx_thread, backend) = {
             let mut c = self.control();
             let was = c.phase;
@@ -389,6 +411,15 @@ impl ServerCore {
             }
         }
         self.drain_pull_queue();
+    }
+
+    /// Wakes every `poll_frame` waiter after a change to what they check
+    /// (`stopping`, `exited`). The pull lock is taken first (and let go at
+    /// once): a poller holds it from its checks until `wait` releases it, so
+    /// the notification cannot fall between the two (a lost wake-up).
+    fn wake_all_pullers(&self) {
+        drop(self.pull.lock().unwrap_or_else(|e| e.into_inner()));
+        self.pull_cv.notify_all();
     }
 
     fn drain_pull_queue(&self) {
@@ -483,6 +514,8 @@ impl ServerCore {
                     Some(d - now)
                 }
             };
+            #[cfg(test)]
+            self.test_hooks.before_pull_wait();
             self.pull_waiting.fetch_add(1, Ordering::SeqCst);
             q = match wait {
                 None => self.pull_cv.wait(q).unwrap_or_else(|e| e.into_inner()),

@@ -20,6 +20,7 @@
 use std::cell::RefCell;
 
 use super::*;
+use frame::Token;
 use stats::bump;
 
 /// What frames released on a receive thread leave for its loop: their
@@ -136,16 +137,18 @@ impl ServerCore {
         if self.slab.release(slot, gen) {
             return Ok(());
         }
+        Err(self.invalid_release(format!(
+            "frame loan (slot {slot}, generation {gen}) is unknown or already \
+             released: release each frame exactly once"
+        )))
+    }
+
+    /// A refused release: counted, and the error to return.
+    fn invalid_release(&self, msg: String) -> Error {
         self.counters
             .invalid_releases
             .fetch_add(1, Ordering::Relaxed);
-        Err(Error::new(
-            ErrorKind::UnknownToken,
-            format!(
-                "release token (slot {slot}, generation {gen}) is unknown or already \
-                 released: release each frame exactly once"
-            ),
-        ))
+        Error::new(ErrorKind::UnknownToken, msg)
     }
 
     /// Queues released `slot` on the release ring for the receive thread,
@@ -164,20 +167,27 @@ impl ServerCore {
         }
     }
 
-    /// Ends loan `(slot, gen)` and queues the slot for re-posting. Never blocks.
+    /// Ends a frame's loan `(slot, gen)` (one queued for poll) and queues
+    /// the slot for re-posting. Never blocks.
     pub(super) fn release_loan(&self, slot: u32, gen: u32) -> Result<()> {
         self.end_loan(slot, gen)?;
+        self.requeue(slot);
+        Ok(())
+    }
+
+    /// Queues a slot whose loan just ended for re-posting: on this core's
+    /// receive thread its local list, elsewhere the release ring.
+    fn requeue(&self, slot: u32) {
         if !push_local(self, slot, &mut None) {
             self.counters.releases.fetch_add(1, Ordering::Relaxed);
             self.queue_remote(slot);
         }
-        Ok(())
     }
 
-    /// A dropped [`Frame`]'s release: as `release_loan`, and on the core's
-    /// receive thread the frame's reference `core` is kept for the next
-    /// frame. (A frame's release fails only after a forged token released
-    /// its loan: counted as an invalid release, nothing else happens.)
+    /// A dropped [`Frame`]'s release: ends the frame's loan and queues the
+    /// slot; on the core's receive thread the frame's reference `core` is
+    /// kept for the next frame. (A frame's loan is ended only by the frame,
+    /// so this cannot fail.)
     pub(super) fn release_frame(core: Arc<ServerCore>, slot: u32, gen: u32) {
         if core.end_loan(slot, gen).is_err() {
             return;
@@ -193,20 +203,28 @@ impl ServerCore {
         }
     }
 
-    /// Releases a token made by [`Frame::into_token`]. On success the caller
-    /// owns one strong reference to give back (see `into_token`).
+    /// Releases a token made by [`Frame::into_token`]: only a token of this
+    /// server (its tag) whose loan was handed out as a token and not yet
+    /// released. On success the caller owns one strong reference to give
+    /// back (see `into_token`); on failure nothing was touched.
     pub(crate) fn release_token(&self, token: u64) -> Result<()> {
-        let (slot, gen) = (token as u32, (token >> 32) as u32);
-        if token == 0 || slot >= self.slab.slots() {
-            self.counters
-                .invalid_releases
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(Error::new(
-                ErrorKind::UnknownToken,
-                format!("release token {token:#x} is not a token of this server"),
-            ));
+        let t = Token::decode(token).filter(|t| t.tag == self.tag && t.slot < self.slab.slots());
+        let Some(t) = t else {
+            return Err(self.invalid_release(format!(
+                "release token {token:#x} is not a token of this server (its tokens \
+                 carry tag {:#08x}): release each token with the server that gave it",
+                self.tag
+            )));
+        };
+        if !self.slab.release_token(t.slot, t.gen) {
+            return Err(self.invalid_release(format!(
+                "release token {token:#x} (slot {}, generation {}) is unknown or \
+                 already released: release each frame exactly once",
+                t.slot, t.gen
+            )));
         }
-        self.release_loan(slot, gen)
+        self.requeue(t.slot);
+        Ok(())
     }
 }
 

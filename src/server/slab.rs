@@ -15,13 +15,31 @@ use crate::error::{Error, ErrorKind, Result};
 /// Slab alignment: page size, as the NIC and rogue expect.
 pub const SLAB_ALIGN: usize = 4096;
 
+/// Loan generations are 24 bits (they wrap, skipping 0), so that a C token
+/// holds slot, generation and server tag in 64 bits (see `frame.rs`).
+pub(crate) const GEN_MASK: u32 = 0xff_ffff;
+/// Loan state bits: the slot is on loan...
+const LOANED: u64 = 1;
+/// ... and that loan was handed to C as a token.
+const TOKENED: u64 = 2;
+
+/// A slot's loan state word.
+fn state(gen: u32, bits: u64) -> u64 {
+    ((gen as u64) << 2) | bits
+}
+
 /// `rx_queue_depth` slots of `slot_size` bytes in one page-aligned, zeroed
-/// allocation, plus a per-slot loan state `generation << 1 | loaned`.
+/// allocation, plus a per-slot loan state `generation << 2 | tokened << 1 |
+/// loaned`.
 ///
 /// A slot is either *owned by the receiver* (posted to the NIC, or waiting to
-/// be re-posted) or *loaned* to a consumer under a generation number. Only a
-/// loaned slot may be read through [`Slab::loaned`]; only a slot that is not
-/// loaned may be written through [`Slab::write_slot`].
+/// be re-posted) or *loaned* to a consumer under a generation number (24
+/// bits, never 0: it travels in a C release token). A loan is held either by
+/// a Rust [`Frame`](super::Frame) or, once handed to C, by a *token*
+/// ([`Slab::to_token`]); each kind of release ends only its own kind of loan,
+/// so a token can never release a loan a `Frame` still holds. Only a loaned
+/// slot may be read through [`Slab::loaned`]; only a slot that is not loaned
+/// may be written through [`Slab::write_slot`].
 pub(crate) struct Slab {
     mem: NonNull<u8>,
     layout: Layout,
@@ -87,54 +105,65 @@ impl Slab {
         self.mem.as_ptr()
     }
 
-    /// Marks the receiver-owned `slot` loaned; returns the loan's generation
-    /// (never 0), or `None` if the slot is out of range or already loaned.
-    /// Receive thread only.
+    /// Marks the receiver-owned `slot` loaned (to a `Frame`); returns the
+    /// loan's generation (1..=GEN_MASK), or `None` if the slot is out of
+    /// range or already loaned. Receive thread only.
     pub fn loan(&self, slot: u32) -> Option<u32> {
         let st = self.state.get(slot as usize)?;
         let cur = st.load(Ordering::Acquire);
-        if cur & 1 == 1 {
+        if cur & LOANED != 0 {
             return None;
         }
-        let mut gen = ((cur >> 1) as u32).wrapping_add(1);
+        let mut gen = ((cur >> 2) as u32).wrapping_add(1) & GEN_MASK;
         if gen == 0 {
             gen = 1;
         }
         // A plain store, no compare-exchange: only the receive thread loans,
         // and while a slot is receiver-owned no release can succeed on it
         // (a release CAS expects the loaned state of its own generation).
-        st.store(((gen as u64) << 1) | 1, Ordering::Release);
+        st.store(state(gen, LOANED), Ordering::Release);
         Some(gen)
     }
 
-    /// Ends the loan `(slot, gen)`; false if it is not loaned under that generation.
-    pub fn release(&self, slot: u32, gen: u32) -> bool {
-        match self.state.get(slot as usize) {
-            Some(st) => st
-                .compare_exchange(
-                    ((gen as u64) << 1) | 1,
-                    (gen as u64) << 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok(),
-            None => false,
-        }
+    /// One compare-exchange of `slot`'s state from `from` to `to`.
+    fn swap_state(&self, slot: u32, from: u64, to: u64) -> bool {
+        self.state.get(slot as usize).is_some_and(|st| {
+            st.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        })
     }
 
-    /// True while `(slot, gen)` is on loan.
+    /// Ends a `Frame`'s loan `(slot, gen)`; false if the slot is not loaned
+    /// to a frame under that generation (released, or handed to a token).
+    pub fn release(&self, slot: u32, gen: u32) -> bool {
+        self.swap_state(slot, state(gen, LOANED), state(gen, 0))
+    }
+
+    /// Hands a `Frame`'s loan `(slot, gen)` to a C token; false if it is
+    /// not such a loan.
+    pub fn to_token(&self, slot: u32, gen: u32) -> bool {
+        self.swap_state(slot, state(gen, LOANED), state(gen, LOANED | TOKENED))
+    }
+
+    /// Ends a token's loan `(slot, gen)`; false unless that loan was handed
+    /// out as a token ([`Slab::to_token`]) and not yet released.
+    pub fn release_token(&self, slot: u32, gen: u32) -> bool {
+        self.swap_state(slot, state(gen, LOANED | TOKENED), state(gen, 0))
+    }
+
+    /// True while `(slot, gen)` is on loan (to a frame or a token).
     pub fn is_loaned(&self, slot: u32, gen: u32) -> bool {
-        self.state
-            .get(slot as usize)
-            .map(|st| st.load(Ordering::Acquire) == ((gen as u64) << 1) | 1)
-            .unwrap_or(false)
+        self.state.get(slot as usize).is_some_and(|st| {
+            let s = st.load(Ordering::Acquire);
+            s & LOANED != 0 && s >> 2 == gen as u64
+        })
     }
 
     /// Number of slots currently on loan.
     pub fn loans_outstanding(&self) -> u32 {
         self.state
             .iter()
-            .filter(|s| s.load(Ordering::Relaxed) & 1 == 1)
+            .filter(|s| s.load(Ordering::Relaxed) & LOANED != 0)
             .count() as u32
     }
 
@@ -165,7 +194,7 @@ impl Slab {
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn write_slot<R>(&self, slot: u32, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         let st = self.state.get(slot as usize)?;
-        if st.load(Ordering::Acquire) & 1 == 1 {
+        if st.load(Ordering::Acquire) & LOANED != 0 {
             return None;
         }
         // SAFETY: slot is in range; it is not loaned, so no consumer holds a
@@ -190,7 +219,7 @@ impl Slab {
     /// slot, so the kernel is the region's single writer meanwhile.
     pub fn receive_region(&self, slot: u32, offset: u32, len: u32) -> Option<NonNull<u8>> {
         let st = self.state.get(slot as usize)?;
-        if offset.checked_add(len)? > self.slot_size || st.load(Ordering::Acquire) & 1 == 1 {
+        if offset.checked_add(len)? > self.slot_size || st.load(Ordering::Acquire) & LOANED != 0 {
             return None;
         }
         let at = slot as usize * self.slot_size as usize + offset as usize;
@@ -241,5 +270,30 @@ mod tests {
         assert!(!s.release(7, 1), "out of range");
         assert_eq!(s.loan(7), None);
         assert_eq!(s.loans_outstanding(), 1);
+    }
+
+    #[test]
+    fn a_token_ends_only_a_loan_handed_out_as_a_token() {
+        let s = Slab::new(64, 2).unwrap();
+        let g = s.loan(0).unwrap();
+        assert!(!s.release_token(0, g), "a frame's loan is no token's");
+        assert!(s.is_loaned(0, g));
+        assert!(s.to_token(0, g));
+        assert!(!s.to_token(0, g), "handed out once");
+        assert!(!s.release(0, g), "a token's loan is no frame's");
+        assert!(
+            s.loaned(0, g, 8).is_some(),
+            "still readable through the token"
+        );
+        assert!(s.release_token(0, g));
+        assert!(!s.release_token(0, g), "released once");
+        assert_eq!(s.loans_outstanding(), 0);
+    }
+
+    #[test]
+    fn generations_wrap_in_24_bits_and_skip_zero() {
+        let s = Slab::new(64, 1).unwrap();
+        s.state[0].store(state(GEN_MASK, 0), Ordering::Relaxed);
+        assert_eq!(s.loan(0), Some(1));
     }
 }

@@ -696,3 +696,45 @@ fn a_batch_wakes_every_waiting_poller() {
     }
     assert_eq!(h.core.pull_waiting.load(Ordering::SeqCst), 0);
 }
+
+/// Test-only hooks into the core's waits, to force an interleaving.
+#[derive(Default)]
+pub(super) struct Hooks {
+    /// Run by `poll_frame` after its checks, before it waits (holding the
+    /// pull lock, as a poller does in that window).
+    before_pull_wait: Mutex<Option<Box<dyn FnMut() + Send>>>,
+}
+
+impl Hooks {
+    pub fn before_pull_wait(&self) {
+        let f = self.before_pull_wait.lock().unwrap().take();
+        if let Some(mut f) = f {
+            f();
+        }
+    }
+}
+
+/// A poller between its checks and its wait when the server stops (here
+/// forced: the stop runs inside that window) is still woken: `stop` cannot
+/// notify until the poller waits (finding 2 of the hardening issue: before
+/// the fix it blocked forever).
+#[test]
+fn a_stop_inside_the_pollers_check_window_still_wakes_it() {
+    let h = Harness::new(2, 64);
+    let core = h.core.clone();
+    *h.core.test_hooks.before_pull_wait.lock().unwrap() = Some(Box::new(move || {
+        let core = core.clone();
+        let stopper = std::thread::spawn(move || core.stop());
+        // Give the stop every chance to run now; fixed, it waits for the
+        // pull lock this thread holds until it waits.
+        std::thread::sleep(Duration::from_millis(100));
+        drop(stopper); // joined below through the poller's outcome
+    }));
+    let (tx, rx) = mpsc::channel();
+    let core = h.core.clone();
+    std::thread::spawn(move || tx.send(core.poll_frame(None).map(|f| f.is_some())));
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("poll_frame(forever) missed the stop's wake-up");
+    assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Stopped);
+}

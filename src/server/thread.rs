@@ -42,7 +42,7 @@ impl ServerCore {
     fn mark_exited(&self, end: End) {
         *self.exited.lock().unwrap_or_else(|e| e.into_inner()) = Some(end);
         self.exited_cv.notify_all();
-        self.pull_cv.notify_all();
+        self.wake_all_pullers();
     }
 
     /// The receive thread.
