@@ -1,6 +1,9 @@
 //! Arbitrary sequences of C API calls on a soft-backend server (wrong states,
 //! bogus tokens, odd parameters, NULLs) and arbitrary datagrams sent to its
 //! socket: no panic escapes, nothing crashes, every call returns a status.
+//! Tokens and lifetimes are checked too: a token that is not outstanding
+//! (made up, released already, or one of ours with another server's tag) is
+//! refused, and a destroyed handle is refused, never dereferenced.
 #![no_main]
 use std::ffi::CString;
 use std::ptr;
@@ -22,7 +25,10 @@ enum Call {
     },
     Poll,
     Release(u64),
+    /// One of ours with its tag (the server's, bits 40..64) replaced.
+    ReleaseRetagged(u32),
     Stats(u8),
+    Destroy,
     Stop,
     Datagram(Vec<u8>),
 }
@@ -59,6 +65,7 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
         rocev2_server_get_host_params(srv, &mut hp);
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut frames: Vec<u64> = Vec::new();
+        let mut destroyed = false;
         for c in calls.into_iter().take(64) {
             match c {
                 Call::SetGid(g) => {
@@ -87,12 +94,30 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
                 }
                 Call::Release(t) => {
                     // A token of ours, or an arbitrary one (which must be refused).
-                    let token = if t % 2 == 0 && !frames.is_empty() {
-                        frames.remove((t as usize / 2) % frames.len())
-                    } else {
-                        t
-                    };
-                    rocev2_server_release(srv, token);
+                    if t % 2 == 0 && !frames.is_empty() {
+                        let token = frames.remove((t as usize / 2) % frames.len());
+                        let st = rocev2_server_release(srv, token);
+                        assert_eq!(st, rocev2_status::ROCEV2_OK, "an outstanding token");
+                    } else if !frames.contains(&t) {
+                        let st = rocev2_server_release(srv, t);
+                        assert_ne!(st, rocev2_status::ROCEV2_OK, "token {t:#x} is not ours");
+                    }
+                }
+                Call::ReleaseRetagged(tag) => {
+                    if let Some(&t) = frames.first() {
+                        let other = (t & 0xff_ffff_ffff) | ((tag as u64) << 40);
+                        if other != t {
+                            let st = rocev2_server_release(srv, other);
+                            assert_ne!(st, rocev2_status::ROCEV2_OK, "another server's token");
+                        }
+                    }
+                }
+                Call::Destroy => {
+                    // Later calls act on a destroyed handle: refused.
+                    if !destroyed {
+                        rocev2_server_destroy(srv);
+                        destroyed = true;
+                    }
                 }
                 Call::Stats(n) => {
                     let mut st: rocev2_stats = std::mem::zeroed();
@@ -108,10 +133,17 @@ fuzz_target!(|input: (u16, u16, Vec<Call>)| {
                 }
             }
         }
-        rocev2_server_destroy(srv);
-        for t in frames {
-            rocev2_server_release(srv, t);
+        if !destroyed {
+            rocev2_server_destroy(srv);
         }
+        for &t in &frames {
+            assert_eq!(rocev2_server_release(srv, t), rocev2_status::ROCEV2_OK);
+        }
+        // Every token is back, the server gone: its handle is refused.
+        for &t in &frames {
+            assert_ne!(rocev2_server_release(srv, t), rocev2_status::ROCEV2_OK);
+        }
+        assert_ne!(rocev2_server_stop(srv), rocev2_status::ROCEV2_OK);
         rocev2_device_close(dev);
     }
 });

@@ -62,6 +62,30 @@ fn payload(tag: u32, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A request packet `bth` (AckReq set) from `from` to `to`, ICRC sealed as
+/// a NIC would.
+fn craft(
+    mut bth: Bth,
+    imm: Option<u32>,
+    data: &[u8],
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+) -> Vec<u8> {
+    bth.ack_req = true;
+    let mut buf = vec![0u8; Packet::wire_len(bth.opcode, data.len())];
+    wire::emit(&bth, imm, None, data, &mut buf);
+    Ipv4Udp {
+        src: *from.ip(),
+        dst: *to.ip(),
+        ip_id: 0,
+        dont_fragment: true,
+        src_port: from.port(),
+        dst_port: to.port(),
+    }
+    .seal(&mut buf);
+    buf
+}
+
 impl Rig {
     fn qpn(&self) -> u32 {
         self.be.qpn
@@ -73,20 +97,9 @@ impl Rig {
     /// As [`Rig::send_at`], with `flip` XORed into the last payload byte
     /// after the ICRC was sealed.
     fn send_raw(&mut self, op: Opcode, psn: u32, imm: Option<u32>, data: &[u8], flip: u8) {
-        let mut bth = Bth::new(op, self.qpn(), psn);
-        bth.ack_req = true;
-        let mut buf = vec![0u8; Packet::wire_len(op, data.len())];
-        wire::emit(&bth, imm, None, data, &mut buf);
         let from = self.fpga.local_addr().unwrap();
-        Ipv4Udp {
-            src: *from.ip(),
-            dst: *self.to.ip(),
-            ip_id: 0,
-            dont_fragment: true,
-            src_port: from.port(),
-            dst_port: self.to.port(),
-        }
-        .seal(&mut buf);
+        let bth = Bth::new(op, self.qpn(), psn);
+        let mut buf = craft(bth, imm, data, from, self.to);
         let n = buf.len();
         buf[n - wire::ICRC_LEN - 1] ^= flip;
         assert_eq!(self.fpga.send_batch(&[(self.to, &buf[..])]).unwrap(), 1);
@@ -789,4 +802,48 @@ fn raw_capture_splits_gso_super_packets_and_checks_each_segment() {
     // On loopback the UDP socket has GRO on: its filter drops each
     // 10-segment datagram whole, not segmented into 10 first.
     assert_eq!(r.be.io.udp_socket_drops() - dropped_before, 3);
+}
+
+fn local_socket() -> (UdpSocket, SocketAddrV4) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+        unreachable!()
+    };
+    (s, a)
+}
+
+/// With `peer_udp_port` 0 the ACKs go to the port of the FPGA's stream:
+/// packets the responder rejects (another QP's, out of sequence, stale),
+/// even from the FPGA's IP and later in the same batch, do not steer them
+/// (finding 3 of the hardening issue: before, the batch's last packet that
+/// parsed chose the port).
+#[test]
+fn packets_the_responder_rejects_do_not_steer_the_acks() {
+    let mut r = rig(4, 4096, 5);
+    let ((fpga, fpga_at), (attacker, attacker_at)) = (local_socket(), local_socket());
+    let send = |s: &UdpSocket, at, qpn, psn| {
+        let bth = Bth::new(Opcode::SendOnlyImm, qpn, psn);
+        let buf = craft(bth, Some(1), &payload(1, 64), at, r.to);
+        s.send_to(&buf, r.to).unwrap();
+    };
+    send(&fpga, fpga_at, r.qpn(), PSN0);
+    send(&attacker, attacker_at, r.qpn() ^ 1, PSN0 + 1);
+    send(&attacker, attacker_at, r.qpn(), wire::psn::add(PSN0, 9));
+    send(
+        &attacker,
+        attacker_at,
+        r.qpn(),
+        wire::psn::add(PSN0, 0x40_0000),
+    );
+    let c = r.poll(1);
+    r.check(&c[0], &payload(1, 64), 1);
+    fpga.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = fpga.recv(&mut buf).expect("the FPGA gets its ACK");
+    let ack = Packet::parse(&buf[..n]).unwrap();
+    assert_eq!(ack.bth.opcode, Opcode::Acknowledge);
+    attacker.set_nonblocking(true).unwrap();
+    let stolen = attacker.recv(&mut buf);
+    assert!(stolen.is_err(), "a reply went to the rejected sender");
 }

@@ -114,6 +114,23 @@ struct Link {
     resp: Responder,
     peer_ip: Ipv4Addr,
     peer_qpn: u32,
+    /// With `peer_udp_port` 0: the FPGA's source port, learned from the
+    /// last packet the responder took as this QP's stream (see
+    /// [`from_the_stream`]); replies go nowhere else, so packets it rejects
+    /// (another QP's, stale, out of sequence) cannot steer the ACKs.
+    reply_port: Option<u16>,
+}
+
+/// True when the responder took the packet as this QP's stream: placed, or
+/// in sequence (an RNR or invalid-request NAK), or a duplicate of what it
+/// already received (re-ACKed). Not: another QP's, stale, or ahead of the
+/// expected PSN (anyone can send those; the real FPGA's next in-sequence
+/// packet teaches the port again).
+fn from_the_stream(v: &Verdict) -> bool {
+    !matches!(
+        v,
+        Verdict::Drop(DropReason::WrongQp | DropReason::Stale | DropReason::OutOfSequence)
+    )
 }
 
 /// The driver's own counts (the responder keeps the protocol ones); both
@@ -138,8 +155,6 @@ struct Batch {
     /// Set at the first packet that did not land where it belongs: from
     /// there on the batch is gathered and copied (the slow path).
     missed: bool,
-    /// The FPGA's source port of the last accepted packet (ACK destination).
-    reply_port: Option<u16>,
 }
 
 /// A parsed request packet and where its payload was scattered, if it was.
@@ -278,17 +293,13 @@ impl SoftBackend {
             return Ok(());
         }
         self.replan = true;
-        let mut batch = Batch {
-            n,
-            missed: false,
-            reply_port: None,
-        };
+        let mut batch = Batch { n, missed: false };
         for i in 0..n {
             self.receive(link, &mut batch, i, out)?;
         }
         // The input batch is done: owe no ACK across it.
         link.resp.flush();
-        self.send_replies(link, batch.reply_port)?;
+        self.send_replies(link)?;
         self.publish(link.resp.stats());
         Ok(())
     }
@@ -308,12 +319,14 @@ impl SoftBackend {
         if !self.icrc_ok(i, req.bth.psn) {
             return Ok(());
         }
-        batch.reply_port = Some(self.io.datagram(i).1.port());
         // A payload that landed at the start of a posted slot stays there.
         let landed = req.landed.filter(|l| l.offset == 0).map(|l| l.slot);
         let verdict = link
             .resp
             .on_packet_in(&req.bth, req.imm, req.payload_len, landed);
+        if from_the_stream(&verdict) {
+            link.reply_port = Some(self.io.datagram(i).1.port());
+        }
         if let Some(r) = link.resp.take_restart() {
             // The open message (if any) was discarded with the old stream.
             self.planner.discard_message();
@@ -461,11 +474,18 @@ impl SoftBackend {
     }
 
     /// Sends the responder's replies (to the configured FPGA port, or the
-    /// port its packets came from).
-    fn send_replies(&mut self, link: &mut Link, reply_port: Option<u16>) -> Result<()> {
-        let port = match (self.peer_udp_port, reply_port) {
+    /// port the FPGA's stream comes from).
+    fn send_replies(&mut self, link: &mut Link) -> Result<()> {
+        let port = match (self.peer_udp_port, link.reply_port) {
             (0, Some(p)) => p,
-            (0, None) => return Ok(()),
+            (0, None) => {
+                // Nothing from the FPGA's stream yet: nowhere to reply.
+                let dropped = link.resp.take_replies().count();
+                if dropped > 0 {
+                    log::debug!("{dropped} replies dropped: no packet of the stream seen yet");
+                }
+                return Ok(());
+            }
             (p, _) => p,
         };
         let ctx = Ipv4Udp {
@@ -612,6 +632,7 @@ impl Backend for SoftBackend {
             resp,
             peer_ip: ip,
             peer_qpn: p.fpga_qpn,
+            reply_port: None,
         });
         log::info!(
             "soft QP {:#08x} on {} -> RTS: accepting FPGA {ip} QP {:#08x} from PSN {:#08x}",
