@@ -458,3 +458,49 @@ fn a_destroyed_handle_is_refused_not_dereferenced() {
         rocev2_device_close(dev);
     }
 }
+
+static LOGGED: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn count_log(
+    _: *mut c_void,
+    _: rocev2_log_level,
+    _: *const std::ffi::c_char,
+    _: *const std::ffi::c_char,
+) {
+    LOGGED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Replaces itself with `count_log`, and logs from inside (a bogus destroy
+/// logs an error): that record goes to stderr, not back in here.
+unsafe extern "C" fn replace_self(
+    _: *mut c_void,
+    _: rocev2_log_level,
+    _: *const std::ffi::c_char,
+    _: *const std::ffi::c_char,
+) {
+    unsafe {
+        rocev2_server_destroy(0xbad0 as *mut rocev2_server);
+        let st = rocev2_set_log_callback(Some(count_log), ptr::null_mut(), 1);
+        assert_eq!(st, rocev2_status::ROCEV2_OK);
+    }
+}
+
+/// A log callback may call rocev2_set_log_callback (finding 9 of the
+/// hardening issue: it deadlocked on the sink's lock).
+#[test]
+fn a_log_callback_may_replace_itself() {
+    let _serial = serial();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || unsafe {
+        let bogus = 0xbad0 as *mut rocev2_server;
+        rocev2_set_log_callback(Some(replace_self), ptr::null_mut(), 1);
+        rocev2_server_destroy(bogus); // logs: replace_self runs
+        rocev2_server_destroy(bogus); // logs: count_log runs
+        rocev2_set_log_callback(None, ptr::null_mut(), 0);
+        tx.send(LOGGED.load(Ordering::SeqCst)).unwrap();
+    });
+    let logged = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the log callback deadlocked");
+    assert_eq!(logged, 1);
+}

@@ -47,7 +47,11 @@ pub type rocev2_log_callback = Option<
 /// `user_data` is passed back unchanged.
 ///
 /// Thread safety: any thread, concurrently with any call; the callback may
-/// be called from any thread, also while this call replaces it.
+/// be called from any thread, also while this call replaces it (until this
+/// call returns, a record may still reach the callback it replaced). The
+/// callback may call this function (no lock is held while it runs); records
+/// the library logs from inside the callback, on its thread, go to stderr
+/// instead of re-entering it.
 #[no_mangle]
 pub extern "C" fn rocev2_set_log_callback(
     cb: rocev2_log_callback,
@@ -65,6 +69,7 @@ pub extern "C" fn rocev2_set_log_callback(
     })
 }
 
+#[derive(Clone, Copy)]
 struct Sink {
     cb: rocev2_log_callback,
     user: *mut c_void,
@@ -89,6 +94,11 @@ static LOGGER: Lazy<FfiLogger> = Lazy::new(|| FfiLogger {
 });
 
 static INSTALL: Once = Once::new();
+
+thread_local! {
+    /// Set while this thread runs the host's log callback.
+    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// Installs the forwarding logger once (unless the host already set a `log`
 /// logger, e.g. a Rust program linking the rlib).
@@ -147,13 +157,21 @@ impl Log for FfiLogger {
     }
 
     fn log(&self, record: &Record) {
-        let sink = self.sink.read().unwrap_or_else(|e| e.into_inner());
-        match &*sink {
+        // A copy, and no lock held while the host's callback runs: it may
+        // replace itself (rocev2_set_log_callback takes the write lock).
+        let sink = *self.sink.read().unwrap_or_else(|e| e.into_inner());
+        if IN_CALLBACK.with(|c| c.get()) {
+            // Logged by a library call made inside the callback: not back
+            // into it (no recursion).
+            return self.fallback.log(record);
+        }
+        match sink {
             Some(s) if record.level() <= s.level => {
                 let target = CString::new(record.target().replace('\0', " ")).unwrap_or_default();
                 let msg =
                     CString::new(record.args().to_string().replace('\0', " ")).unwrap_or_default();
                 if let Some(f) = s.cb {
+                    IN_CALLBACK.with(|c| c.set(true));
                     // SAFETY: a host-provided function with the documented
                     // signature; both strings live until it returns.
                     unsafe {
@@ -164,6 +182,7 @@ impl Log for FfiLogger {
                             msg.as_ptr() as *const c_char,
                         )
                     };
+                    IN_CALLBACK.with(|c| c.set(false));
                 }
             }
             Some(_) => {}
