@@ -76,7 +76,7 @@ fn not_live(srv: *const rocev2_server, kind: ErrorKind, known: bool) -> Error {
 /// The live (not destroyed) server behind `srv`.
 pub(crate) fn server(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
     if srv.is_null() {
-        return Err(super::guard::null("srv"));
+        return Err(super::guard::null("server"));
     }
     let found = table().get(&(srv as usize)).map(|e| e.owned.clone());
     match found {
@@ -91,7 +91,7 @@ pub(crate) fn server(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
 /// (no token of it can be outstanding).
 pub(crate) fn server_for_release(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
     if srv.is_null() {
-        return Err(super::guard::null("srv"));
+        return Err(super::guard::null("server"));
     }
     let weak = table().get(&(srv as usize)).map(|e| e.weak.clone());
     // Upgraded (and the weak dropped) outside the lock: dropping the last
