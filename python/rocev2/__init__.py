@@ -32,6 +32,7 @@ import os
 import struct
 import threading
 import typing
+import weakref
 
 __all__ = [
     "Rocev2Error", "Mtu", "RnrTimer", "PMTU_BYTES", "MIN_RNR_TIMER_MS",
@@ -625,7 +626,20 @@ class HostParams(typing.NamedTuple):
 class Frame:
     """A received frame on loan. ``data`` is a read-only memoryview into the
     receive slab (zero copy), valid until :meth:`release`. Released on garbage
-    collection or context-manager exit if not before."""
+    collection or context-manager exit if not before.
+
+    A consumer that holds ``data``'s buffer (an export: ``numpy.frombuffer(
+    frame.data)``, ``struct.iter_unpack(fmt, frame.data)``, ...) holds the
+    slot: while it does, :meth:`release` raises BufferError and keeps the
+    loan (release again once the consumer is dropped), and a frame garbage
+    collected meanwhile leaves its loan to the export, released when the
+    consumer drops it. A held frame is a slot the sender cannot fill: hold
+    ``rxQueueDepth`` of them and the link stalls (RNR NAKs) until one is
+    released. Views *derived* from ``data`` (``memoryview(frame.data)``, a
+    slice, ``.cast()``) share its memory but are not exports: they do not
+    hold the slot, and after release they read whatever the slot receives
+    next. Copy (``frame.tobytes()``, ``numpy.array(frame.data)``) to keep
+    the bytes."""
     __slots__ = ("_server", "_handle", "_token", "data", "channel", "immediate", "has_immediate", "slot",
                  "address")
 
@@ -658,11 +672,19 @@ class Frame:
         return self.data.tobytes()
 
     def release(self) -> None:
-        """Returns the slot to the receiver (idempotent)."""
+        """Returns the slot to the receiver (idempotent). Raises BufferError,
+        and keeps the loan, while a consumer holds an export of ``data``
+        (``numpy.frombuffer(frame.data)``, ...): drop it, then release again."""
         if self._token:
+            # The view first: it refuses while exported, and the loan (the
+            # token) must outlive every reader of the slot.
+            try:
+                self.data.release()
+            except BufferError:
+                raise BufferError(_HELD_EXPORT) from None
             token, self._token = self._token, 0
-            self.data.release()
-            _check(_lib().rocev2_server_release(self._handle, token))
+            if token:  # another thread's release() may have taken it meanwhile
+                _check(_lib().rocev2_server_release(self._handle, token))
 
     def __enter__(self) -> "Frame":
         return self
@@ -672,10 +694,20 @@ class Frame:
 
     def __del__(self) -> None:
         try:
-            if self._token:
-                self.release()
+            token = self._token
+            if not token:
+                return
+            try:
+                self.data.release()
+            except BufferError:
+                # A consumer still holds data's buffer (and so the view):
+                # the loan goes with the view, released when it is freed.
+                _release_with(self.data, self._handle, token)
+            else:
+                _lib().rocev2_server_release(self._handle, token)
+            self._token = 0
         except Exception:
-            pass
+            pass  # __init__ did not finish, or the interpreter is exiting
 
     @classmethod
     def _batch(cls, server: "Server", handle: int, slab: "_SlabView",
@@ -721,6 +753,27 @@ class _SlabView:
 def _view(address: int, length: int) -> memoryview:
     """A read-only byte view of ``length`` bytes at ``address`` (zero copy)."""
     return memoryview((ctypes.c_uint8 * length).from_address(address)).cast("B").toreadonly()
+
+
+_HELD_EXPORT = ("frame.data is held by a consumer (an export of its buffer, e.g. "
+                "numpy.frombuffer(frame.data)): the frame stays on loan, its slot unavailable "
+                "to the sender. Drop the consumer, then release again (or copy the bytes: "
+                "frame.tobytes())")
+
+
+def _release_token(handle: int, token: int) -> None:
+    """Releases a loan (a finalizer's callback: never raises)."""
+    try:
+        _lib().rocev2_server_release(handle, token)
+    except Exception:
+        pass
+
+
+def _release_with(view: memoryview, handle: int, token: int) -> None:
+    """Hands a loan to an exported ``view``: released when the view is freed
+    (its consumer dropped it). Not at interpreter exit, while the consumer
+    may still read it; the process's end frees the slab."""
+    weakref.finalize(view, _release_token, handle, token).atexit = False
 
 
 class Server:
@@ -909,15 +962,23 @@ class Server:
 
     def release_frames(self, frames: typing.Iterable[Frame]) -> None:
         """Releases many frames in one library call (each once; already
-        released ones are skipped)."""
+        released ones are skipped). A frame whose ``data`` a consumer holds
+        (see :class:`Frame`) stays on loan: the others are released, then
+        BufferError says how many were kept."""
         tokens: typing.List[int] = []
         handle = None
         others: typing.Dict[int, typing.List[int]] = {}  # loans of other handles
+        held = seen = 0
         for f in frames:
+            seen += 1
             token = f._token
             if token:
+                try:
+                    f.data.release()
+                except BufferError:
+                    held += 1
+                    continue
                 f._token = 0
-                f.data.release()
                 if f._handle == handle or handle is None:
                     handle = f._handle
                     tokens.append(token)
@@ -927,6 +988,8 @@ class Server:
             self._release_many(handle, tokens)
         for h, more in others.items():
             self._release_many(h, more)
+        if held:
+            raise BufferError(f"{held} of {seen} frames kept: " + _HELD_EXPORT)
 
     def _release_many(self, handle: int, tokens: typing.List[int]) -> None:
         """One rocev2_server_release_many through a kept token array."""

@@ -392,3 +392,46 @@ def test_recreate_gives_a_fresh_link_and_old_loans_stay_valid():
         assert seqs == list(range(30))
         s.release_frames(batch + [held])  # loans of two servers in one call
         assert len(held) == 0 and s.stats()["loans_outstanding"] == 0
+
+
+def test_a_held_export_of_frame_data_keeps_the_loan_until_it_is_dropped():
+    """A consumer holding frame.data's buffer (numpy.frombuffer(frame.data)
+    does; here struct.iter_unpack) keeps the slot: release() says so and keeps
+    the loan, release() after the consumer drops it releases, and a frame
+    garbage collected meanwhile releases once the consumer drops it. With
+    depth 2 a lost loan would stall the stream."""
+    import struct
+    with soft_server(depth=2) as s:
+        s.complete_connection(FPGA_QPN, transport=rocev2.TransportCfg(minRnrTimer=1))
+        p = fpga_sim(s, 8, 64, channels="0", wait=False)
+        f = s.poll(timeout=30)
+        held = struct.iter_unpack("<Q", f.data)  # exports f.data's buffer
+        with pytest.raises(BufferError, match=r"frame.data is held .* stays on loan"):
+            f.release()
+        assert len(f) == 64 and rocev2.pattern_check(f) == 0, "still on loan, still readable"
+        assert next(held) == (0,)
+        del held
+        f.release()  # the retry releases
+        assert len(f) == 0 and s.stats()["releases"] == 1
+
+        f = s.poll(timeout=30)
+        held = struct.iter_unpack("<Q", f.data)
+        del f  # garbage collected with the export held: the loan stays with the export
+        assert s.stats()["releases"] == 1
+        assert next(held) == (1,), "the consumer still reads its frame"
+        del held
+        assert s.stats()["releases"] == 2
+
+        frames = [s.poll(timeout=30) for _ in range(2)]
+        held = struct.iter_unpack("<Q", frames[1].data)
+        with pytest.raises(BufferError, match=r"1 of 2 frames"):
+            s.release_frames(frames)  # releases the others, keeps the held one
+        assert len(frames[0]) == 0 and len(frames[1]) == 64
+        del held
+        s.release_frames(frames)
+        for i in range(4, 8):
+            f = s.poll(timeout=30)
+            assert f is not None, f"frame {i} did not arrive: a slot leaked"
+            f.release()
+        assert p.wait(timeout=120) == 0
+        assert s.stats()["loans_outstanding"] == 0
