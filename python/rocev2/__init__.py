@@ -23,6 +23,7 @@ checks its struct declarations and status codes against the library's
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import dataclasses
@@ -30,6 +31,7 @@ import enum
 import ipaddress
 import os
 import struct
+import sys
 import threading
 import typing
 import weakref
@@ -776,6 +778,83 @@ def _release_with(view: memoryview, handle: int, token: int) -> None:
     weakref.finalize(view, _release_token, handle, token).atexit = False
 
 
+class _Handles:
+    """A server's library handles and the frame callback the library calls,
+    apart from the :class:`Server` so that its finalizer (weakref.finalize:
+    it must not refer to the server) closes them when the server is garbage
+    collected. ``srv`` and ``dev`` are the server's own c_void_p objects:
+    closing zeroes them in place, so the server sees itself closed.
+    ``rx_thread``: the receive thread, once a frame callback ran on it."""
+    __slots__ = ("srv", "dev", "cb", "rx_thread")
+
+    def __init__(self, srv: ctypes.c_void_p, dev: ctypes.c_void_p):
+        self.srv, self.dev, self.cb, self.rx_thread = srv, dev, None, None
+        _live.add(self)
+
+    def stop(self) -> None:
+        if self.srv:
+            _lib().rocev2_server_stop(self.srv)
+
+    def close(self) -> None:
+        """Destroys the server and closes the device (once: the finalizer
+        calls it). On the server's own receive thread (its frame callback
+        closed it, or dropped the last reference) the library's destroy must
+        not run: it stops (allowed there; the thread ends when the callback
+        returns) and leaves the rest to the next close on another thread."""
+        _live.discard(self)
+        srv, dev, cb = self.srv.value, self.dev.value, self.cb
+        self.srv.value = self.dev.value = self.cb = None
+        if srv and self.rx_thread == threading.get_ident():
+            _lib().rocev2_server_stop(srv)
+            _deferred.append((srv, dev, cb, self.rx_thread))
+            return
+        _destroy(srv, dev)
+        _reap()
+
+
+# Servers not yet closed (their handles), for the exit hook.
+_live: typing.Set[_Handles] = set()
+# Closed on their own receive thread, destroyed by the next close elsewhere:
+# (server, device, frame callback kept alive until then, receive thread).
+_deferred: typing.List[tuple] = []
+
+
+def _destroy(srv: typing.Optional[int], dev: typing.Optional[int]) -> None:
+    if srv:
+        _lib().rocev2_server_destroy(srv)
+    if dev:
+        _lib().rocev2_device_close(dev)
+
+
+def _reap() -> None:
+    """Destroys the servers closed on their receive threads (but one whose
+    receive thread this is)."""
+    me = threading.get_ident()
+    for _ in range(len(_deferred)):
+        try:
+            entry = _deferred.pop(0)
+        except IndexError:
+            return
+        if entry[3] == me:
+            _deferred.append(entry)
+        else:
+            _destroy(entry[0], entry[1])
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """At interpreter exit, before it finalizes: stops every live server,
+    joining its receive thread, so no library thread calls into Python while
+    the interpreter finalizes (a frame callback entering then would end its
+    thread mid-call and abort the process). Stop, not destroy: a daemon
+    thread may still be inside a poll call; the process's end frees the rest."""
+    for h in list(_live):
+        try:
+            h.stop()
+        except Exception:
+            pass
+
+
 class Server:
     """The RoCEv2 receive server (rogue ``rogue.protocols.rocev2.Server``).
 
@@ -783,14 +862,22 @@ class Server:
     server (QP in INIT) and sets the FPGA GID from ``cfg.ip``. Then
     :meth:`get_host_params` (program the FPGA), optionally
     :meth:`set_frame_callback`, :meth:`complete_connection`, and frames.
+
+    Close it with :meth:`close` (or ``with``); a server garbage collected
+    unclosed is closed then (its thread, sockets, port and memory freed), and
+    every live server is stopped at interpreter exit.
     """
 
     def __init__(self, cfg: ServerCfg):
         self._cfg = cfg
         self._dev = ctypes.c_void_p()
         self._srv = ctypes.c_void_p()
-        self._cb = None
         self._cb_fn = None
+        self._h = _Handles(self._srv, self._dev)
+        # close() or garbage collection; not at exit (_stop_all_at_exit stops).
+        self._closer = weakref.finalize(self, self._h.close)
+        self._closer.atexit = False
+        _reap()
         self._lock = threading.Lock()
         self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
         # Kept for poll_frames / release_frames: rocev2_frame arrays (with
@@ -848,11 +935,26 @@ class Server:
     def set_frame_callback(self, fn: typing.Callable[[Frame], None]) -> None:
         """Calls ``fn(frame)`` on the receive thread for every frame (before
         complete_connection). The frame is released when ``fn`` drops it."""
+        # The library holds the trampoline until the server is destroyed: it
+        # refers to the server weakly (and finds fn on it), so that the
+        # server can be garbage collected (and closed) meanwhile.
+        server, h, handle = weakref.ref(self), self._h, self._handle().value
+        is_finalizing = sys.is_finalizing
+
         def trampoline(_user, fp):
-            fn(Frame(self, fp.contents))
+            if is_finalizing():
+                return  # no Python code while the interpreter finalizes
+            if h.rx_thread is None:
+                h.rx_thread = threading.get_ident()
+            srv = server()
+            on_frame = srv._cb_fn if srv is not None else None
+            if on_frame is None:  # being collected: give the frame back
+                _lib().rocev2_server_release(handle, fp.contents.token)
+                return
+            on_frame(Frame(srv, fp.contents))
         cb = _FRAME_CB(trampoline)
         _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
-        self._cb = cb  # keep the C function pointer alive
+        h.cb = cb  # keep the C function pointer alive until the server is destroyed
         self._cb_fn = fn
 
     def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
@@ -894,15 +996,11 @@ class Server:
         return self.get_host_params()
 
     def close(self) -> None:
-        """Stops and frees the server and device handles. Frames still on loan
-        stay valid and release through the retired handle (the library keeps
-        its memory until the last one is released)."""
-        if self._srv:
-            _lib().rocev2_server_destroy(self._srv)
-            self._srv = ctypes.c_void_p()
-        if self._dev:
-            _lib().rocev2_device_close(self._dev)
-            self._dev = ctypes.c_void_p()
+        """Stops and frees the server and device handles (idempotent; done on
+        garbage collection if not before). Frames still on loan stay valid
+        and release through the retired handle (the library keeps its memory
+        until the last one is released)."""
+        self._closer()
 
     def __enter__(self) -> "Server":
         return self

@@ -2,6 +2,7 @@
 this process, the FPGA emulator (`rocev2 fpga-sim`) in another, over loopback."""
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -435,3 +436,113 @@ def test_a_held_export_of_frame_data_keeps_the_loan_until_it_is_dropped():
             f.release()
         assert p.wait(timeout=120) == 0
         assert s.stats()["loans_outstanding"] == 0
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_servers_dropped_without_close_free_their_port_and_threads():
+    """The garbage collector closes a server nobody closed: its UDP port is
+    free again (a new server binds it) and its receive thread is gone, also
+    for one whose frame callback refers to the server."""
+    import gc
+    before = _threads()
+    ports = []
+    for i in range(6):
+        s = soft_server(depth=16)
+        if i % 2:
+            s.set_frame_callback(lambda frame, s=s: s.stats())  # a cycle through the callback
+        s.complete_connection(FPGA_QPN)
+        assert s.is_running()
+        ports.append(s.udp_port)
+        del s
+    gc.collect()
+    for port in ports:
+        cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=port, peerUdpPort=0,
+                               maxPayload=1024, rxQueueDepth=4)
+        rocev2.Server(cfg).close()  # Rocev2Error "in use" while a dropped server holds it
+    deadline = time.monotonic() + 30  # a bound against hanging, not a speed requirement
+    while _threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _threads() <= before, "the dropped servers' receive threads are gone"
+
+
+EXIT_WHILE_RECEIVING = """
+import subprocess, sys, time
+import rocev2
+cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0, peerUdpPort=0,
+                       maxPayload=1024, rxQueueDepth=64, spinUs=0)
+s = rocev2.Server(cfg)
+got = []
+
+def on_frame(frame):
+    got.append(frame.channel)
+    time.sleep(0.0005)  # the receive thread spends its time in Python
+
+s.set_frame_callback(on_frame)
+s.complete_connection(0x4242)
+p = subprocess.Popen([sys.argv[1], "fpga-sim", "--host", f"127.0.0.1:{s.udp_port}", "--host-qpn",
+                      str(s.getQpn()), "--psn", str(s.getSqPsn()), "--qpn", "0x4242",
+                      "--frames", "100000000", "--size", "1024"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(p.pid, flush=True)
+while len(got) < 200:
+    time.sleep(0.01)
+if sys.argv[2] == "del":
+    del s  # dropped without close while its callback receives
+# and the interpreter exits, the callback still receiving
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "del"])
+def test_exiting_while_a_frame_callback_receives_is_clean(tmp_path, how):
+    script = tmp_path / "exit_while_receiving.py"
+    script.write_text(EXIT_WHILE_RECEIVING)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(ROOT, "python")] + ([os.environ["PYTHONPATH"]] if "PYTHONPATH" in os.environ else [])))
+    if os.environ.get("ROCEV2_TEST_INSTALLED") == "1":
+        env = dict(os.environ)  # the installed package, as this process has it
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, str(script), cli(), how], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            out, err = p.communicate(timeout=120)
+        finally:
+            p.kill()
+        sim = int(out.split()[0]) if out.split() else None
+        if sim:
+            try:
+                os.kill(sim, 9)
+                os.waitpid(sim, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        assert p.returncode == 0, f"rc {p.returncode}: {err[-2000:]}"
+
+
+def test_a_server_closed_in_its_own_frame_callback_is_destroyed_by_the_next_close():
+    """close() inside the frame callback (or the callback dropping the last
+    reference) runs on the receive thread, where the library's destroy must
+    not: the server stops there and is destroyed by the next server created
+    or closed on another thread (its port is free again)."""
+    closed = threading.Event()
+    s = soft_server(depth=16)
+    port = s.udp_port
+
+    def on_frame(frame):
+        s.close()
+        closed.set()
+
+    s.set_frame_callback(on_frame)
+    s.complete_connection(FPGA_QPN)
+    p = fpga_sim(s, 3, 64, wait=False)
+    try:
+        assert closed.wait(30), "no frame arrived"
+    finally:
+        p.kill()
+        p.wait()
+    with pytest.raises(Rocev2Error, match="closed"):
+        s.getQpn()
+    cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=port, peerUdpPort=0,
+                           maxPayload=1024, rxQueueDepth=4)
+    rocev2.Server(cfg).close()
