@@ -29,10 +29,12 @@ import ctypes
 import dataclasses
 import enum
 import ipaddress
+import math
 import os
 import struct
 import sys
 import threading
+import time
 import typing
 import weakref
 
@@ -645,12 +647,11 @@ class Frame:
     __slots__ = ("_server", "_handle", "_token", "data", "channel", "immediate", "has_immediate", "slot",
                  "address")
 
-    def __init__(self, server: "Server", f: _Frame):
+    def __init__(self, server: "Server", f: _Frame, handle: typing.Optional[int] = None):
         self._server = server
-        # The library handle this loan belongs to: it stays valid for its
-        # tokens after destroy (and after Server.recreate()).
-        self._handle = server._srv.value
-        self._token = f.token
+        # The library handle this loan belongs to (the one polled): it stays
+        # valid for its tokens after destroy (and after Server.recreate()).
+        self._handle = server._srv.value if handle is None else handle
         self.address = f.data
         buf = (ctypes.c_uint8 * f.len).from_address(f.data)
         self.data = memoryview(buf).cast("B").toreadonly()
@@ -660,6 +661,7 @@ class Frame:
         # immediate are then 0); a 0-byte message is a frame like any other.
         self.has_immediate = bool(f.flags & FRAME_HAS_IMMEDIATE)
         self.slot = f.slot
+        self._token = f.token  # last: a frame interrupted before it owns no loan
 
     @property
     def ring_position(self) -> int:
@@ -713,17 +715,16 @@ class Frame:
 
     @classmethod
     def _batch(cls, server: "Server", handle: int, slab: "_SlabView",
-               records: typing.Iterable[tuple]) -> typing.List["Frame"]:
-        """Frames from unpacked rocev2_frame records (:data:`_FRAME_RECORD`):
-        as ``Frame(server, f)`` each, with ``data`` a slice of the slab's view."""
+               records: typing.Iterable[tuple], frames: typing.List["Frame"]) -> typing.List["Frame"]:
+        """Appends to ``frames`` (and returns it) the frames of unpacked
+        rocev2_frame records (:data:`_FRAME_RECORD`): as ``Frame(server, f)``
+        each, with ``data`` a slice of the slab's view."""
         new, base, size, whole = cls.__new__, slab.base, slab.size, slab.whole
-        frames = []
         append = frames.append
         for _, flags, address, length, channel, immediate, slot, token in records:
             f = new(cls)
             f._server = server
             f._handle = handle
-            f._token = token
             f.address = address
             off = address - base
             f.data = whole[off:off + length] if 0 <= off <= size - length else _view(address, length)
@@ -731,6 +732,9 @@ class Frame:
             f.immediate = immediate
             f.has_immediate = flags & FRAME_HAS_IMMEDIATE != 0
             f.slot = slot
+            # The loan, then into the list: nothing Python checks for a
+            # signal at runs between, so each loan is the list's or a record's.
+            f._token = token
             append(f)
         return frames
 
@@ -776,6 +780,34 @@ def _release_with(view: memoryview, handle: int, token: int) -> None:
     (its consumer dropped it). Not at interpreter exit, while the consumer
     may still read it; the process's end frees the slab."""
     weakref.finalize(view, _release_token, handle, token).atexit = False
+
+
+# The longest library wait: a wait for a frame is made of waits of at most
+# this, so that Python runs its signal handlers (Ctrl-C: KeyboardInterrupt)
+# in between. A frame that is there returns at once, whatever the slice.
+_SLICE_MS = 100
+
+
+def _first_wait(timeout: typing.Optional[float]) -> typing.Tuple[int, typing.Optional[float]]:
+    """A wait of ``timeout`` seconds (None: forever) in slices: the first
+    slice's milliseconds and the deadline for :func:`_next_wait`
+    (time.monotonic(); math.inf: none; None: the first slice is all)."""
+    if timeout is None:
+        return _SLICE_MS, math.inf
+    ms = max(0, int(timeout * 1000))
+    if ms <= _SLICE_MS:
+        return ms, None
+    return _SLICE_MS, time.monotonic() + timeout
+
+
+def _next_wait(deadline: typing.Optional[float]) -> typing.Optional[int]:
+    """The next slice's milliseconds before ``deadline``, None once it passed."""
+    if deadline is None:
+        return None
+    if deadline == math.inf:
+        return _SLICE_MS
+    left = deadline - time.monotonic()
+    return None if left <= 0 else min(_SLICE_MS, math.ceil(left * 1000))
 
 
 class _Handles:
@@ -1010,15 +1042,32 @@ class Server:
 
     # -- frames ------------------------------------------------------------
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        """One frame in slices of a wait (see :data:`_SLICE_MS`)."""
         f = _Frame()
         f.struct_size = ctypes.sizeof(f)
-        st = _lib().rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
-        if st == Status.TIMEOUT:
-            return None
-        _check(st)
-        _answered(f, "rocev2_server_poll_frame")
-        return Frame(self, f)
+        f.token = 0
+        ms, deadline = _first_wait(timeout)
+        poll, ref = _lib().rocev2_server_poll_frame, ctypes.byref(f)
+        handle = None
+        try:
+            while True:
+                handle = self._handle().value  # closed meanwhile: Rocev2Error (STOPPED)
+                st = poll(handle, ms, ref)
+                if st != Status.TIMEOUT:
+                    break
+                ms = _next_wait(deadline)
+                if ms is None:
+                    return None
+            _check(st)
+            _answered(f, "rocev2_server_poll_frame")
+            return Frame(self, f, handle)
+        except BaseException:
+            # Interrupted (Ctrl-C) after the library lent a frame, before a
+            # Frame owned it: give it back. (Should the Frame have been made
+            # after all, its own release is refused: tokens carry a generation.)
+            if f.token:
+                _release_token(handle, f.token)
+            raise
 
     def poll_frames(self, max_frames: int = 64,
                     timeout: typing.Optional[float] = None) -> typing.List[Frame]:
@@ -1027,7 +1076,8 @@ class Server:
         already queued. [] on timeout; Rocev2Error (STOPPED) once stopped.
         Release them with :meth:`release_frames` (one call) or each
         ``frame.release()``. The fast path from Python (no channel filter);
-        threads may poll one server at once (each gets frames of its own)."""
+        threads may poll one server at once (each gets frames of its own).
+        Ctrl-C interrupts the wait (see :data:`_SLICE_MS`)."""
         if max_frames < 1:
             raise Rocev2Error(Status.INVALID_ARGUMENT, f"max_frames must be >= 1; got {max_frames}")
         handle = self._handle()
@@ -1037,24 +1087,42 @@ class Server:
             b = None
         if b is None or len(b.frames) < max_frames:
             b = _Batch(max(max_frames, 64))
+        size = _FRAME_RECORD.size
+        frames: typing.List[Frame] = []
+        b.got.value = 0
+        hv = handle.value
         try:
-            size = _FRAME_RECORD.size
             _STRUCT_SIZE.pack_into(b.raw, 0, size)
-            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            ms, deadline = _first_wait(timeout)
             poll, cap = _raw("rocev2_server_poll_frames"), ctypes.c_size_t(max_frames)
-            st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+            while True:  # in slices of the wait (see _SLICE_MS)
+                hv = handle.value
+                st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+                if st != Status.TIMEOUT:
+                    break
+                ms = _next_wait(deadline)
+                if ms is None:
+                    return frames
+                handle = self._handle()  # closed meanwhile: Rocev2Error (STOPPED)
             if st:
-                if st == Status.TIMEOUT:
-                    return []
                 _check(st)
             if _STRUCT_SIZE.unpack_from(b.raw)[0] != size:
                 _answered(b.frames[0], "rocev2_server_poll_frames")
             slab = self._slab
-            if slab is None or slab.handle != handle.value:
+            if slab is None or slab.handle != hv:
                 hp = self.get_host_params()
-                slab = self._slab = _SlabView(handle.value, hp.mrAddr, hp.mrLen)
+                slab = self._slab = _SlabView(hv, hp.mrAddr, hp.mrLen)
             records = _FRAME_RECORD.iter_unpack(b.raw[:b.got.value * size])
-            return Frame._batch(self, handle.value, slab, records)
+            return Frame._batch(self, hv, slab, records, frames)
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed after the library lent frames:
+            # give back those no Frame owns yet (the Frames made release
+            # themselves when dropped).
+            n = b.got.value
+            b.got.value = 0
+            for i in range(len(frames), n):
+                _release_token(hv, _FRAME_RECORD.unpack_from(b.raw, i * size)[7])
+            raise
         finally:
             self._batches.append(b)
 
@@ -1107,7 +1175,8 @@ class Server:
     def poll(self, timeout: typing.Optional[float] = None,
              channel: typing.Optional[int] = None) -> typing.Optional[Frame]:
         """The next frame (optionally of one channel), or None after ``timeout``
-        seconds (None waits forever). Raises Rocev2Error (STOPPED) once stopped."""
+        seconds (None waits forever; Ctrl-C interrupts the wait). Raises
+        Rocev2Error (STOPPED) once stopped."""
         if channel is None:
             with self._lock:
                 for ch in sorted(self._pending):

@@ -546,3 +546,56 @@ def test_a_server_closed_in_its_own_frame_callback_is_destroyed_by_the_next_clos
     cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=port, peerUdpPort=0,
                            maxPayload=1024, rxQueueDepth=4)
     rocev2.Server(cfg).close()
+
+
+BLOCKED_WAIT = """
+import sys
+import rocev2
+cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0, peerUdpPort=0,
+                       maxPayload=1024, rxQueueDepth=4, spinUs=0)
+s = rocev2.Server(cfg)
+s.complete_connection(0x4242)
+print("waiting", flush=True)
+try:
+    {call}
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def _sleeping(pid):
+    """The process's main thread is asleep (blocked in a wait)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+@pytest.mark.parametrize("call", ["s.poll()", "s.poll(timeout=3600)", "s.poll_frames()",
+                                  "s.poll_frames(8, timeout=3600)", "next(iter(s))", "s.channel(1).poll()"])
+def test_ctrl_c_interrupts_a_blocked_wait(tmp_path, call):
+    """SIGINT (Ctrl-C) raises KeyboardInterrupt in a thread blocked waiting
+    for a frame, with or without a timeout: the binding waits in slices and
+    Python runs its signal handlers between them."""
+    import signal
+    script = tmp_path / "blocked_wait.py"
+    script.write_text(BLOCKED_WAIT.format(call=call))
+    env = dict(os.environ)
+    if os.environ.get("ROCEV2_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")] + env.get("PYTHONPATH", "").split(os.pathsep))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        assert p.stdout.readline() == "waiting\n", p.stderr.read()
+        deadline = time.monotonic() + 30  # bounds against hanging, not speed requirements
+        while not _sleeping(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{call}: SIGINT did not interrupt the wait (still blocked after 60 s)")
+        assert out == "interrupted\n", err
+    finally:
+        p.kill()
+        p.wait()
