@@ -29,6 +29,7 @@ import ctypes
 import dataclasses
 import enum
 import ipaddress
+import logging
 import math
 import os
 import struct
@@ -910,8 +911,16 @@ class Server:
         self._closer = weakref.finalize(self, self._h.close)
         self._closer.atexit = False
         _reap()
+        # Frames poll(channel=...) took for other channels, kept for their
+        # readers as (arrival number, frame) per channel; at most _keep_max in
+        # all (half the receive queue), beyond which the oldest is released
+        # and counted (channel_drops): unread channels must not hold the slots.
         self._lock = threading.Lock()
         self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        self._kept = 0
+        self._arrivals = 0
+        self._keep_max = cfg.rxQueueDepth // 2
+        self._channel_drops = 0
         # Kept for poll_frames / release_frames: rocev2_frame arrays (with
         # their bytes) and token arrays, taken and put back (list.pop and
         # append are atomic: threads polling at once each get their own),
@@ -1176,28 +1185,64 @@ class Server:
              channel: typing.Optional[int] = None) -> typing.Optional[Frame]:
         """The next frame (optionally of one channel), or None after ``timeout``
         seconds (None waits forever; Ctrl-C interrupts the wait). Raises
-        Rocev2Error (STOPPED) once stopped."""
+        Rocev2Error (STOPPED) once stopped. Frames of other channels that a
+        ``channel`` poll takes are kept for their readers (a poll of theirs,
+        or a plain poll: the oldest kept first), at most ``rxQueueDepth // 2``:
+        beyond that the oldest is released unread (:attr:`channel_drops`)."""
         if channel is None:
-            with self._lock:
-                for ch in sorted(self._pending):
-                    if self._pending[ch]:
-                        return self._pending[ch].popleft()
+            if self._kept:  # frames kept by poll(channel=...): the oldest first
+                with self._lock:
+                    queues = [q for q in self._pending.values() if q]
+                    if queues:
+                        self._kept -= 1
+                        return min(queues, key=lambda q: q[0][0]).popleft()[1]
             return self._poll_raw(timeout)
         validate_channel(channel)
-        import time
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 if self._pending[channel]:
-                    return self._pending[channel].popleft()
+                    self._kept -= 1
+                    return self._pending[channel].popleft()[1]
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             f = self._poll_raw(left)
             if f is None:
                 return None
             if f.channel == channel:
                 return f
-            with self._lock:
-                self._pending[f.channel].append(f)
+            self._keep(f, channel)
+
+    def _keep(self, f: Frame, reader: int) -> None:
+        """Keeps ``f``, taken by a reader of channel ``reader``, for its own
+        channel's reader. Beyond :attr:`_keep_max` kept frames the oldest kept
+        is released (counted in :attr:`channel_drops`, logged the first
+        time): a channel nobody reads must not hold the receive queue's
+        slots (the link would stall under RNR NAKs)."""
+        with self._lock:
+            self._arrivals += 1
+            self._pending[f.channel].append((self._arrivals, f))
+            self._kept += 1
+            if self._kept <= self._keep_max:
+                return
+            oldest = min((q for q in self._pending.values() if q), key=lambda q: q[0][0])
+            dropped = oldest.popleft()[1]
+            self._kept -= 1
+            self._channel_drops += 1
+            first = self._channel_drops == 1
+        if first:
+            logging.getLogger("rocev2.Server").warning(
+                "poll(channel=%d) keeps at most %d frames of other channels for their readers "
+                "(half the receive queue); released unread: the oldest kept, of channel %d "
+                "(Server.channel_drops counts them; this is logged once)",
+                reader, self._keep_max, dropped.channel)
+        dropped.release()
+
+    @property
+    def channel_drops(self) -> int:
+        """Frames that poll(channel=...) or a :class:`ChannelView` took for
+        other channels and released unread, the oldest beyond the
+        ``rxQueueDepth // 2`` kept for those channels' readers."""
+        return self._channel_drops
 
     def frames(self, timeout: typing.Optional[float] = None,
                channel: typing.Optional[int] = None) -> typing.Iterator[Frame]:
@@ -1343,7 +1388,11 @@ class Server:
 
 
 class ChannelView:
-    """Frames of one channel of a :class:`Server` (pull API)."""
+    """Frames of one channel of a :class:`Server` (pull API). Frames of
+    other channels that arrive meanwhile are kept for their readers
+    (``server.poll()``, another view), at most ``rxQueueDepth // 2`` of them:
+    beyond that the oldest kept is released unread and counted in
+    ``server.channel_drops``, so channels nobody reads do not stall the link."""
 
     def __init__(self, server: Server, channel: int):
         self.server = server

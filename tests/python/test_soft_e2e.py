@@ -599,3 +599,38 @@ def test_ctrl_c_interrupts_a_blocked_wait(tmp_path, call):
     finally:
         p.kill()
         p.wait()
+
+
+def test_reading_one_channel_of_several_does_not_stall_the_link():
+    """poll(channel=...) and channel views keep the other channels' frames for
+    their readers, at most half the receive queue of them: beyond that the
+    oldest kept is released, counted in server.channel_drops. Reading only
+    channel 0 of a 4-channel stream goes on to the end."""
+    n, depth = 400, 16
+    with soft_server(depth=depth) as s:
+        s.complete_connection(FPGA_QPN, transport=rocev2.TransportCfg(minRnrTimer=1))
+        p = fpga_sim(s, n, 64, channels="0,1,2,3", wait=False)
+        try:
+            ch0 = s.channel(0)
+            for i in range(0, n, 4):
+                f = ch0.poll(timeout=30)
+                assert f is not None, f"frame {i} (channel 0) did not arrive: the link stalled"
+                with f:
+                    assert rocev2.pattern_check(f) == i
+            assert p.wait(timeout=120) == 0
+        finally:
+            p.kill()
+            p.wait()
+        kept = []
+        while True:
+            f = s.poll(timeout=0)
+            if f is None:
+                break
+            with f:
+                kept.append(rocev2.pattern_check(f))
+        others = [i for i in range(n) if i % 4]
+        assert 0 < len(kept) <= depth // 2 + 3  # + the last three, never polled for channel 0
+        assert sorted(kept) == others[-len(kept):], "the newest are kept"
+        assert kept == sorted(kept), "kept frames come in arrival order"
+        assert s.channel_drops == len(others) - len(kept)
+        assert s.stats()["loans_outstanding"] == 0
