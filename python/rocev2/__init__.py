@@ -992,7 +992,7 @@ class Server:
             if on_frame is None:  # being collected: give the frame back
                 _lib().rocev2_server_release(handle, fp.contents.token)
                 return
-            on_frame(Frame(srv, fp.contents))
+            on_frame(Frame(srv, fp.contents, handle))
         cb = _FRAME_CB(trampoline)
         _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
         h.cb = cb  # keep the C function pointer alive until the server is destroyed

@@ -438,6 +438,17 @@ def test_a_held_export_of_frame_data_keeps_the_loan_until_it_is_dropped():
         assert s.stats()["loans_outstanding"] == 0
 
 
+def script_env():
+    """The environment of a Python script run by a test: it imports the
+    rocev2 this process tests (the installed package, or python/ of this
+    checkout) with the same library (conftest sets ROCEV2_LIBRARY)."""
+    env = dict(os.environ)
+    if os.environ.get("ROCEV2_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.join(ROOT, "python"),
+                                                        env.get("PYTHONPATH")] if p)
+    return env
+
+
 def _threads():
     return len(os.listdir("/proc/self/task"))
 
@@ -499,13 +510,9 @@ if sys.argv[2] == "del":
 def test_exiting_while_a_frame_callback_receives_is_clean(tmp_path, how):
     script = tmp_path / "exit_while_receiving.py"
     script.write_text(EXIT_WHILE_RECEIVING)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(ROOT, "python")] + ([os.environ["PYTHONPATH"]] if "PYTHONPATH" in os.environ else [])))
-    if os.environ.get("ROCEV2_TEST_INSTALLED") == "1":
-        env = dict(os.environ)  # the installed package, as this process has it
     for _ in range(3):
         p = subprocess.Popen([sys.executable, str(script), cli(), how], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+                             stderr=subprocess.PIPE, text=True, env=script_env())
         try:
             out, err = p.communicate(timeout=120)
         finally:
@@ -543,9 +550,19 @@ def test_a_server_closed_in_its_own_frame_callback_is_destroyed_by_the_next_clos
         p.wait()
     with pytest.raises(Rocev2Error, match="closed"):
         s.getQpn()
+    assert len(rocev2._deferred) == 1, "stopped on the receive thread, the destroy deferred"
     cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=port, peerUdpPort=0,
                            maxPayload=1024, rxQueueDepth=4)
-    rocev2.Server(cfg).close()
+    deadline = time.monotonic() + 30  # the receive thread frees the socket as it ends
+    while True:
+        try:
+            rocev2.Server(cfg).close()  # this thread destroys the deferred one
+            break
+        except Rocev2Error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    assert rocev2._deferred == []
 
 
 BLOCKED_WAIT = """
@@ -579,11 +596,8 @@ def test_ctrl_c_interrupts_a_blocked_wait(tmp_path, call):
     import signal
     script = tmp_path / "blocked_wait.py"
     script.write_text(BLOCKED_WAIT.format(call=call))
-    env = dict(os.environ)
-    if os.environ.get("ROCEV2_TEST_INSTALLED") != "1":
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")] + env.get("PYTHONPATH", "").split(os.pathsep))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=env)
+                         text=True, env=script_env())
     try:
         assert p.stdout.readline() == "waiting\n", p.stderr.read()
         deadline = time.monotonic() + 30  # bounds against hanging, not speed requirements
