@@ -23,15 +23,21 @@ checks its struct declarations and status codes against the library's
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import dataclasses
 import enum
 import ipaddress
+import logging
+import math
 import os
 import struct
+import sys
 import threading
+import time
 import typing
+import weakref
 
 __all__ = [
     "Rocev2Error", "Mtu", "RnrTimer", "PMTU_BYTES", "MIN_RNR_TIMER_MS",
@@ -625,16 +631,28 @@ class HostParams(typing.NamedTuple):
 class Frame:
     """A received frame on loan. ``data`` is a read-only memoryview into the
     receive slab (zero copy), valid until :meth:`release`. Released on garbage
-    collection or context-manager exit if not before."""
+    collection or context-manager exit if not before.
+
+    A consumer that holds ``data``'s buffer (an export: ``numpy.frombuffer(
+    frame.data)``, ``struct.iter_unpack(fmt, frame.data)``, ...) holds the
+    slot: while it does, :meth:`release` raises BufferError and keeps the
+    loan (release again once the consumer is dropped), and a frame garbage
+    collected meanwhile leaves its loan to the export, released when the
+    consumer drops it. A held frame is a slot the sender cannot fill: hold
+    ``rxQueueDepth`` of them and the link stalls (RNR NAKs) until one is
+    released. Views *derived* from ``data`` (``memoryview(frame.data)``, a
+    slice, ``.cast()``) share its memory but are not exports: they do not
+    hold the slot, and after release they read whatever the slot receives
+    next. Copy (``frame.tobytes()``, ``numpy.array(frame.data)``) to keep
+    the bytes."""
     __slots__ = ("_server", "_handle", "_token", "data", "channel", "immediate", "has_immediate", "slot",
                  "address")
 
-    def __init__(self, server: "Server", f: _Frame):
+    def __init__(self, server: "Server", f: _Frame, handle: typing.Optional[int] = None):
         self._server = server
-        # The library handle this loan belongs to: it stays valid for its
-        # tokens after destroy (and after Server.recreate()).
-        self._handle = server._srv.value
-        self._token = f.token
+        # The library handle this loan belongs to (the one polled): it stays
+        # valid for its tokens after destroy (and after Server.recreate()).
+        self._handle = server._srv.value if handle is None else handle
         self.address = f.data
         buf = (ctypes.c_uint8 * f.len).from_address(f.data)
         self.data = memoryview(buf).cast("B").toreadonly()
@@ -644,6 +662,7 @@ class Frame:
         # immediate are then 0); a 0-byte message is a frame like any other.
         self.has_immediate = bool(f.flags & FRAME_HAS_IMMEDIATE)
         self.slot = f.slot
+        self._token = f.token  # last: a frame interrupted before it owns no loan
 
     @property
     def ring_position(self) -> int:
@@ -658,11 +677,19 @@ class Frame:
         return self.data.tobytes()
 
     def release(self) -> None:
-        """Returns the slot to the receiver (idempotent)."""
+        """Returns the slot to the receiver (idempotent). Raises BufferError,
+        and keeps the loan, while a consumer holds an export of ``data``
+        (``numpy.frombuffer(frame.data)``, ...): drop it, then release again."""
         if self._token:
+            # The view first: it refuses while exported, and the loan (the
+            # token) must outlive every reader of the slot.
+            try:
+                self.data.release()
+            except BufferError:
+                raise BufferError(_HELD_EXPORT) from None
             token, self._token = self._token, 0
-            self.data.release()
-            _check(_lib().rocev2_server_release(self._handle, token))
+            if token:  # another thread's release() may have taken it meanwhile
+                _check(_lib().rocev2_server_release(self._handle, token))
 
     def __enter__(self) -> "Frame":
         return self
@@ -672,24 +699,33 @@ class Frame:
 
     def __del__(self) -> None:
         try:
-            if self._token:
-                self.release()
+            token = self._token
+            if not token:
+                return
+            try:
+                self.data.release()
+            except BufferError:
+                # A consumer still holds data's buffer (and so the view):
+                # the loan goes with the view, released when it is freed.
+                _release_with(self.data, self._handle, token)
+            else:
+                _lib().rocev2_server_release(self._handle, token)
+            self._token = 0
         except Exception:
-            pass
+            pass  # __init__ did not finish, or the interpreter is exiting
 
     @classmethod
     def _batch(cls, server: "Server", handle: int, slab: "_SlabView",
-               records: typing.Iterable[tuple]) -> typing.List["Frame"]:
-        """Frames from unpacked rocev2_frame records (:data:`_FRAME_RECORD`):
-        as ``Frame(server, f)`` each, with ``data`` a slice of the slab's view."""
+               records: typing.Iterable[tuple], frames: typing.List["Frame"]) -> typing.List["Frame"]:
+        """Appends to ``frames`` (and returns it) the frames of unpacked
+        rocev2_frame records (:data:`_FRAME_RECORD`): as ``Frame(server, f)``
+        each, with ``data`` a slice of the slab's view."""
         new, base, size, whole = cls.__new__, slab.base, slab.size, slab.whole
-        frames = []
         append = frames.append
         for _, flags, address, length, channel, immediate, slot, token in records:
             f = new(cls)
             f._server = server
             f._handle = handle
-            f._token = token
             f.address = address
             off = address - base
             f.data = whole[off:off + length] if 0 <= off <= size - length else _view(address, length)
@@ -697,6 +733,9 @@ class Frame:
             f.immediate = immediate
             f.has_immediate = flags & FRAME_HAS_IMMEDIATE != 0
             f.slot = slot
+            # The loan, then into the list: nothing Python checks for a
+            # signal at runs between, so each loan is the list's or a record's.
+            f._token = token
             append(f)
         return frames
 
@@ -723,6 +762,132 @@ def _view(address: int, length: int) -> memoryview:
     return memoryview((ctypes.c_uint8 * length).from_address(address)).cast("B").toreadonly()
 
 
+_HELD_EXPORT = ("frame.data is held by a consumer (an export of its buffer, e.g. "
+                "numpy.frombuffer(frame.data)): the frame stays on loan, its slot unavailable "
+                "to the sender. Drop the consumer, then release again (or copy the bytes: "
+                "frame.tobytes())")
+
+
+def _release_token(handle: int, token: int) -> None:
+    """Releases a loan (a finalizer's callback: never raises)."""
+    try:
+        _lib().rocev2_server_release(handle, token)
+    except Exception:
+        pass
+
+
+def _release_with(view: memoryview, handle: int, token: int) -> None:
+    """Hands a loan to an exported ``view``: released when the view is freed
+    (its consumer dropped it). Not at interpreter exit, while the consumer
+    may still read it; the process's end frees the slab."""
+    weakref.finalize(view, _release_token, handle, token).atexit = False
+
+
+# The longest library wait: a wait for a frame is made of waits of at most
+# this, so that Python runs its signal handlers (Ctrl-C: KeyboardInterrupt)
+# in between. A frame that is there returns at once, whatever the slice.
+_SLICE_MS = 100
+
+
+def _first_wait(timeout: typing.Optional[float]) -> typing.Tuple[int, typing.Optional[float]]:
+    """A wait of ``timeout`` seconds (None: forever) in slices: the first
+    slice's milliseconds and the deadline for :func:`_next_wait`
+    (time.monotonic(); math.inf: none; None: the first slice is all)."""
+    if timeout is None:
+        return _SLICE_MS, math.inf
+    ms = max(0, int(timeout * 1000))
+    if ms <= _SLICE_MS:
+        return ms, None
+    return _SLICE_MS, time.monotonic() + timeout
+
+
+def _next_wait(deadline: typing.Optional[float]) -> typing.Optional[int]:
+    """The next slice's milliseconds before ``deadline``, None once it passed."""
+    if deadline is None:
+        return None
+    if deadline == math.inf:
+        return _SLICE_MS
+    left = deadline - time.monotonic()
+    return None if left <= 0 else min(_SLICE_MS, math.ceil(left * 1000))
+
+
+class _Handles:
+    """A server's library handles and the frame callback the library calls,
+    apart from the :class:`Server` so that its finalizer (weakref.finalize:
+    it must not refer to the server) closes them when the server is garbage
+    collected. ``srv`` and ``dev`` are the server's own c_void_p objects:
+    closing zeroes them in place, so the server sees itself closed.
+    ``rx_thread``: the receive thread, once a frame callback ran on it."""
+    __slots__ = ("srv", "dev", "cb", "rx_thread")
+
+    def __init__(self, srv: ctypes.c_void_p, dev: ctypes.c_void_p):
+        self.srv, self.dev, self.cb, self.rx_thread = srv, dev, None, None
+        _live.add(self)
+
+    def stop(self) -> None:
+        if self.srv:
+            _lib().rocev2_server_stop(self.srv)
+
+    def close(self) -> None:
+        """Destroys the server and closes the device (once: the finalizer
+        calls it). On the server's own receive thread (its frame callback
+        closed it, or dropped the last reference) the library's destroy must
+        not run: it stops (allowed there; the thread ends when the callback
+        returns) and leaves the rest to the next close on another thread."""
+        _live.discard(self)
+        srv, dev, cb = self.srv.value, self.dev.value, self.cb
+        self.srv.value = self.dev.value = self.cb = None
+        if srv and self.rx_thread == threading.get_ident():
+            _lib().rocev2_server_stop(srv)
+            _deferred.append((srv, dev, cb, self.rx_thread))
+            return
+        _destroy(srv, dev)
+        _reap()
+
+
+# Servers not yet closed (their handles), for the exit hook.
+_live: typing.Set[_Handles] = set()
+# Closed on their own receive thread, destroyed by the next close elsewhere:
+# (server, device, frame callback kept alive until then, receive thread).
+_deferred: typing.List[tuple] = []
+
+
+def _destroy(srv: typing.Optional[int], dev: typing.Optional[int]) -> None:
+    if srv:
+        _lib().rocev2_server_destroy(srv)
+    if dev:
+        _lib().rocev2_device_close(dev)
+
+
+def _reap() -> None:
+    """Destroys the servers closed on their receive threads (but one whose
+    receive thread this is)."""
+    me = threading.get_ident()
+    for _ in range(len(_deferred)):
+        try:
+            entry = _deferred.pop(0)
+        except IndexError:
+            return
+        if entry[3] == me:
+            _deferred.append(entry)
+        else:
+            _destroy(entry[0], entry[1])
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """At interpreter exit, before it finalizes: stops every live server,
+    joining its receive thread, so no library thread calls into Python while
+    the interpreter finalizes (a frame callback entering then would end its
+    thread mid-call and abort the process). Stop, not destroy: a daemon
+    thread may still be inside a poll call; the process's end frees the rest."""
+    for h in list(_live):
+        try:
+            h.stop()
+        except Exception:
+            pass
+
+
 class Server:
     """The RoCEv2 receive server (rogue ``rogue.protocols.rocev2.Server``).
 
@@ -730,16 +895,32 @@ class Server:
     server (QP in INIT) and sets the FPGA GID from ``cfg.ip``. Then
     :meth:`get_host_params` (program the FPGA), optionally
     :meth:`set_frame_callback`, :meth:`complete_connection`, and frames.
+
+    Close it with :meth:`close` (or ``with``); a server garbage collected
+    unclosed is closed then (its thread, sockets, port and memory freed), and
+    every live server is stopped at interpreter exit.
     """
 
     def __init__(self, cfg: ServerCfg):
         self._cfg = cfg
         self._dev = ctypes.c_void_p()
         self._srv = ctypes.c_void_p()
-        self._cb = None
         self._cb_fn = None
+        self._h = _Handles(self._srv, self._dev)
+        # close() or garbage collection; not at exit (_stop_all_at_exit stops).
+        self._closer = weakref.finalize(self, self._h.close)
+        self._closer.atexit = False
+        _reap()
+        # Frames poll(channel=...) took for other channels, kept for their
+        # readers as (arrival number, frame) per channel; at most _keep_max in
+        # all (half the receive queue), beyond which the oldest is released
+        # and counted (channel_drops): unread channels must not hold the slots.
         self._lock = threading.Lock()
         self._pending: typing.Dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        self._kept = 0
+        self._arrivals = 0
+        self._keep_max = cfg.rxQueueDepth // 2
+        self._channel_drops = 0
         # Kept for poll_frames / release_frames: rocev2_frame arrays (with
         # their bytes) and token arrays, taken and put back (list.pop and
         # append are atomic: threads polling at once each get their own),
@@ -795,11 +976,26 @@ class Server:
     def set_frame_callback(self, fn: typing.Callable[[Frame], None]) -> None:
         """Calls ``fn(frame)`` on the receive thread for every frame (before
         complete_connection). The frame is released when ``fn`` drops it."""
+        # The library holds the trampoline until the server is destroyed: it
+        # refers to the server weakly (and finds fn on it), so that the
+        # server can be garbage collected (and closed) meanwhile.
+        server, h, handle = weakref.ref(self), self._h, self._handle().value
+        is_finalizing = sys.is_finalizing
+
         def trampoline(_user, fp):
-            fn(Frame(self, fp.contents))
+            if is_finalizing():
+                return  # no Python code while the interpreter finalizes
+            if h.rx_thread is None:
+                h.rx_thread = threading.get_ident()
+            srv = server()
+            on_frame = srv._cb_fn if srv is not None else None
+            if on_frame is None:  # being collected: give the frame back
+                _lib().rocev2_server_release(handle, fp.contents.token)
+                return
+            on_frame(Frame(srv, fp.contents, handle))
         cb = _FRAME_CB(trampoline)
         _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
-        self._cb = cb  # keep the C function pointer alive
+        h.cb = cb  # keep the C function pointer alive until the server is destroyed
         self._cb_fn = fn
 
     def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
@@ -841,15 +1037,11 @@ class Server:
         return self.get_host_params()
 
     def close(self) -> None:
-        """Stops and frees the server and device handles. Frames still on loan
-        stay valid and release through the retired handle (the library keeps
-        its memory until the last one is released)."""
-        if self._srv:
-            _lib().rocev2_server_destroy(self._srv)
-            self._srv = ctypes.c_void_p()
-        if self._dev:
-            _lib().rocev2_device_close(self._dev)
-            self._dev = ctypes.c_void_p()
+        """Stops and frees the server and device handles (idempotent; done on
+        garbage collection if not before). Frames still on loan stay valid
+        and release through the retired handle (the library keeps its memory
+        until the last one is released)."""
+        self._closer()
 
     def __enter__(self) -> "Server":
         return self
@@ -859,15 +1051,32 @@ class Server:
 
     # -- frames ------------------------------------------------------------
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        """One frame in slices of a wait (see :data:`_SLICE_MS`)."""
         f = _Frame()
         f.struct_size = ctypes.sizeof(f)
-        st = _lib().rocev2_server_poll_frame(self._handle(), ms, ctypes.byref(f))
-        if st == Status.TIMEOUT:
-            return None
-        _check(st)
-        _answered(f, "rocev2_server_poll_frame")
-        return Frame(self, f)
+        f.token = 0
+        ms, deadline = _first_wait(timeout)
+        poll, ref = _lib().rocev2_server_poll_frame, ctypes.byref(f)
+        handle = None
+        try:
+            while True:
+                handle = self._handle().value  # closed meanwhile: Rocev2Error (STOPPED)
+                st = poll(handle, ms, ref)
+                if st != Status.TIMEOUT:
+                    break
+                ms = _next_wait(deadline)
+                if ms is None:
+                    return None
+            _check(st)
+            _answered(f, "rocev2_server_poll_frame")
+            return Frame(self, f, handle)
+        except BaseException:
+            # Interrupted (Ctrl-C) after the library lent a frame, before a
+            # Frame owned it: give it back. (Should the Frame have been made
+            # after all, its own release is refused: tokens carry a generation.)
+            if f.token:
+                _release_token(handle, f.token)
+            raise
 
     def poll_frames(self, max_frames: int = 64,
                     timeout: typing.Optional[float] = None) -> typing.List[Frame]:
@@ -876,7 +1085,8 @@ class Server:
         already queued. [] on timeout; Rocev2Error (STOPPED) once stopped.
         Release them with :meth:`release_frames` (one call) or each
         ``frame.release()``. The fast path from Python (no channel filter);
-        threads may poll one server at once (each gets frames of its own)."""
+        threads may poll one server at once (each gets frames of its own).
+        Ctrl-C interrupts the wait (see :data:`_SLICE_MS`)."""
         if max_frames < 1:
             raise Rocev2Error(Status.INVALID_ARGUMENT, f"max_frames must be >= 1; got {max_frames}")
         handle = self._handle()
@@ -886,38 +1096,64 @@ class Server:
             b = None
         if b is None or len(b.frames) < max_frames:
             b = _Batch(max(max_frames, 64))
+        size = _FRAME_RECORD.size
+        frames: typing.List[Frame] = []
+        b.got.value = 0
+        hv = handle.value
         try:
-            size = _FRAME_RECORD.size
             _STRUCT_SIZE.pack_into(b.raw, 0, size)
-            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            ms, deadline = _first_wait(timeout)
             poll, cap = _raw("rocev2_server_poll_frames"), ctypes.c_size_t(max_frames)
-            st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+            while True:  # in slices of the wait (see _SLICE_MS)
+                hv = handle.value
+                st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+                if st != Status.TIMEOUT:
+                    break
+                ms = _next_wait(deadline)
+                if ms is None:
+                    return frames
+                handle = self._handle()  # closed meanwhile: Rocev2Error (STOPPED)
             if st:
-                if st == Status.TIMEOUT:
-                    return []
                 _check(st)
             if _STRUCT_SIZE.unpack_from(b.raw)[0] != size:
                 _answered(b.frames[0], "rocev2_server_poll_frames")
             slab = self._slab
-            if slab is None or slab.handle != handle.value:
+            if slab is None or slab.handle != hv:
                 hp = self.get_host_params()
-                slab = self._slab = _SlabView(handle.value, hp.mrAddr, hp.mrLen)
+                slab = self._slab = _SlabView(hv, hp.mrAddr, hp.mrLen)
             records = _FRAME_RECORD.iter_unpack(b.raw[:b.got.value * size])
-            return Frame._batch(self, handle.value, slab, records)
+            return Frame._batch(self, hv, slab, records, frames)
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed after the library lent frames:
+            # give back those no Frame owns yet (the Frames made release
+            # themselves when dropped).
+            n = b.got.value
+            b.got.value = 0
+            for i in range(len(frames), n):
+                _release_token(hv, _FRAME_RECORD.unpack_from(b.raw, i * size)[7])
+            raise
         finally:
             self._batches.append(b)
 
     def release_frames(self, frames: typing.Iterable[Frame]) -> None:
         """Releases many frames in one library call (each once; already
-        released ones are skipped)."""
+        released ones are skipped). A frame whose ``data`` a consumer holds
+        (see :class:`Frame`) stays on loan: the others are released, then
+        BufferError says how many were kept."""
         tokens: typing.List[int] = []
         handle = None
         others: typing.Dict[int, typing.List[int]] = {}  # loans of other handles
+        held = seen = 0
         for f in frames:
+            seen += 1
             token = f._token
             if token:
+                try:
+                    f.data.release()
+                except BufferError:
+                    held += 1
+                    continue
                 f._token = 0
-                f.data.release()
                 if f._handle == handle or handle is None:
                     handle = f._handle
                     tokens.append(token)
@@ -927,6 +1163,8 @@ class Server:
             self._release_many(handle, tokens)
         for h, more in others.items():
             self._release_many(h, more)
+        if held:
+            raise BufferError(f"{held} of {seen} frames kept: " + _HELD_EXPORT)
 
     def _release_many(self, handle: int, tokens: typing.List[int]) -> None:
         """One rocev2_server_release_many through a kept token array."""
@@ -946,28 +1184,65 @@ class Server:
     def poll(self, timeout: typing.Optional[float] = None,
              channel: typing.Optional[int] = None) -> typing.Optional[Frame]:
         """The next frame (optionally of one channel), or None after ``timeout``
-        seconds (None waits forever). Raises Rocev2Error (STOPPED) once stopped."""
+        seconds (None waits forever; Ctrl-C interrupts the wait). Raises
+        Rocev2Error (STOPPED) once stopped. Frames of other channels that a
+        ``channel`` poll takes are kept for their readers (a poll of theirs,
+        or a plain poll: the oldest kept first), at most ``rxQueueDepth // 2``:
+        beyond that the oldest is released unread (:attr:`channel_drops`)."""
         if channel is None:
-            with self._lock:
-                for ch in sorted(self._pending):
-                    if self._pending[ch]:
-                        return self._pending[ch].popleft()
+            if self._kept:  # frames kept by poll(channel=...): the oldest first
+                with self._lock:
+                    queues = [q for q in self._pending.values() if q]
+                    if queues:
+                        self._kept -= 1
+                        return min(queues, key=lambda q: q[0][0]).popleft()[1]
             return self._poll_raw(timeout)
         validate_channel(channel)
-        import time
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 if self._pending[channel]:
-                    return self._pending[channel].popleft()
+                    self._kept -= 1
+                    return self._pending[channel].popleft()[1]
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             f = self._poll_raw(left)
             if f is None:
                 return None
             if f.channel == channel:
                 return f
-            with self._lock:
-                self._pending[f.channel].append(f)
+            self._keep(f, channel)
+
+    def _keep(self, f: Frame, reader: int) -> None:
+        """Keeps ``f``, taken by a reader of channel ``reader``, for its own
+        channel's reader. Beyond :attr:`_keep_max` kept frames the oldest kept
+        is released (counted in :attr:`channel_drops`, logged the first
+        time): a channel nobody reads must not hold the receive queue's
+        slots (the link would stall under RNR NAKs)."""
+        with self._lock:
+            self._arrivals += 1
+            self._pending[f.channel].append((self._arrivals, f))
+            self._kept += 1
+            if self._kept <= self._keep_max:
+                return
+            oldest = min((q for q in self._pending.values() if q), key=lambda q: q[0][0])
+            dropped = oldest.popleft()[1]
+            self._kept -= 1
+            self._channel_drops += 1
+            first = self._channel_drops == 1
+        if first:
+            logging.getLogger("rocev2.Server").warning(
+                "poll(channel=%d) keeps at most %d frames of other channels for their readers "
+                "(half the receive queue); released unread: the oldest kept, of channel %d "
+                "(Server.channel_drops counts them; this is logged once)",
+                reader, self._keep_max, dropped.channel)
+        dropped.release()
+
+    @property
+    def channel_drops(self) -> int:
+        """Frames that poll(channel=...) or a :class:`ChannelView` took for
+        other channels and released unread, the oldest beyond the
+        ``rxQueueDepth // 2`` kept for those channels' readers."""
+        return self._channel_drops
 
     def frames(self, timeout: typing.Optional[float] = None,
                channel: typing.Optional[int] = None) -> typing.Iterator[Frame]:
@@ -1113,7 +1388,11 @@ class Server:
 
 
 class ChannelView:
-    """Frames of one channel of a :class:`Server` (pull API)."""
+    """Frames of one channel of a :class:`Server` (pull API). Frames of
+    other channels that arrive meanwhile are kept for their readers
+    (``server.poll()``, another view), at most ``rxQueueDepth // 2`` of them:
+    beyond that the oldest kept is released unread and counted in
+    ``server.channel_drops``, so channels nobody reads do not stall the link."""
 
     def __init__(self, server: Server, channel: int):
         self.server = server

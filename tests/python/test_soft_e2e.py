@@ -2,6 +2,7 @@
 this process, the FPGA emulator (`rocev2 fpga-sim`) in another, over loopback."""
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -392,3 +393,258 @@ def test_recreate_gives_a_fresh_link_and_old_loans_stay_valid():
         assert seqs == list(range(30))
         s.release_frames(batch + [held])  # loans of two servers in one call
         assert len(held) == 0 and s.stats()["loans_outstanding"] == 0
+
+
+def test_a_held_export_of_frame_data_keeps_the_loan_until_it_is_dropped():
+    """A consumer holding frame.data's buffer (numpy.frombuffer(frame.data)
+    does; here struct.iter_unpack) keeps the slot: release() says so and keeps
+    the loan, release() after the consumer drops it releases, and a frame
+    garbage collected meanwhile releases once the consumer drops it. With
+    depth 2 a lost loan would stall the stream."""
+    import struct
+    with soft_server(depth=2) as s:
+        s.complete_connection(FPGA_QPN, transport=rocev2.TransportCfg(minRnrTimer=1))
+        p = fpga_sim(s, 8, 64, channels="0", wait=False)
+        f = s.poll(timeout=30)
+        held = struct.iter_unpack("<Q", f.data)  # exports f.data's buffer
+        with pytest.raises(BufferError, match=r"frame.data is held .* stays on loan"):
+            f.release()
+        assert len(f) == 64 and rocev2.pattern_check(f) == 0, "still on loan, still readable"
+        assert next(held) == (0,)
+        del held
+        f.release()  # the retry releases
+        assert len(f) == 0 and s.stats()["releases"] == 1
+
+        f = s.poll(timeout=30)
+        held = struct.iter_unpack("<Q", f.data)
+        del f  # garbage collected with the export held: the loan stays with the export
+        assert s.stats()["releases"] == 1
+        assert next(held) == (1,), "the consumer still reads its frame"
+        del held
+        assert s.stats()["releases"] == 2
+
+        frames = [s.poll(timeout=30) for _ in range(2)]
+        held = struct.iter_unpack("<Q", frames[1].data)
+        with pytest.raises(BufferError, match=r"1 of 2 frames"):
+            s.release_frames(frames)  # releases the others, keeps the held one
+        assert len(frames[0]) == 0 and len(frames[1]) == 64
+        del held
+        s.release_frames(frames)
+        for i in range(4, 8):
+            f = s.poll(timeout=30)
+            assert f is not None, f"frame {i} did not arrive: a slot leaked"
+            f.release()
+        assert p.wait(timeout=120) == 0
+        assert s.stats()["loans_outstanding"] == 0
+
+
+def script_env():
+    """The environment of a Python script run by a test: it imports the
+    rocev2 this process tests (the installed package, or python/ of this
+    checkout) with the same library (conftest sets ROCEV2_LIBRARY)."""
+    env = dict(os.environ)
+    if os.environ.get("ROCEV2_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.join(ROOT, "python"),
+                                                        env.get("PYTHONPATH")] if p)
+    return env
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_servers_dropped_without_close_free_their_port_and_threads():
+    """The garbage collector closes a server nobody closed: its UDP port is
+    free again (a new server binds it) and its receive thread is gone, also
+    for one whose frame callback refers to the server."""
+    import gc
+    before = _threads()
+    ports = []
+    for i in range(6):
+        s = soft_server(depth=16)
+        if i % 2:
+            s.set_frame_callback(lambda frame, s=s: s.stats())  # a cycle through the callback
+        s.complete_connection(FPGA_QPN)
+        assert s.is_running()
+        ports.append(s.udp_port)
+        del s
+    gc.collect()
+    for port in ports:
+        cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=port, peerUdpPort=0,
+                               maxPayload=1024, rxQueueDepth=4)
+        rocev2.Server(cfg).close()  # Rocev2Error "in use" while a dropped server holds it
+    deadline = time.monotonic() + 30  # a bound against hanging, not a speed requirement
+    while _threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _threads() <= before, "the dropped servers' receive threads are gone"
+
+
+EXIT_WHILE_RECEIVING = """
+import subprocess, sys, time
+import rocev2
+cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0, peerUdpPort=0,
+                       maxPayload=1024, rxQueueDepth=64, spinUs=0)
+s = rocev2.Server(cfg)
+got = []
+
+def on_frame(frame):
+    got.append(frame.channel)
+    time.sleep(0.0005)  # the receive thread spends its time in Python
+
+s.set_frame_callback(on_frame)
+s.complete_connection(0x4242)
+p = subprocess.Popen([sys.argv[1], "fpga-sim", "--host", f"127.0.0.1:{s.udp_port}", "--host-qpn",
+                      str(s.getQpn()), "--psn", str(s.getSqPsn()), "--qpn", "0x4242",
+                      "--frames", "100000000", "--size", "1024"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(p.pid, flush=True)
+while len(got) < 200:
+    time.sleep(0.01)
+if sys.argv[2] == "del":
+    del s  # dropped without close while its callback receives
+# and the interpreter exits, the callback still receiving
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "del"])
+def test_exiting_while_a_frame_callback_receives_is_clean(tmp_path, how):
+    script = tmp_path / "exit_while_receiving.py"
+    script.write_text(EXIT_WHILE_RECEIVING)
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, str(script), cli(), how], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=script_env())
+        try:
+            out, err = p.communicate(timeout=120)
+        finally:
+            p.kill()
+        sim = int(out.split()[0]) if out.split() else None
+        if sim:
+            try:
+                os.kill(sim, 9)
+                os.waitpid(sim, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        assert p.returncode == 0, f"rc {p.returncode}: {err[-2000:]}"
+
+
+def test_a_server_closed_in_its_own_frame_callback_is_destroyed_by_the_next_close():
+    """close() inside the frame callback (or the callback dropping the last
+    reference) runs on the receive thread, where the library's destroy must
+    not: the server stops there and is destroyed by the next server created
+    or closed on another thread (its port is free again)."""
+    closed = threading.Event()
+    s = soft_server(depth=16)
+    port = s.udp_port
+
+    def on_frame(frame):
+        s.close()
+        closed.set()
+
+    s.set_frame_callback(on_frame)
+    s.complete_connection(FPGA_QPN)
+    p = fpga_sim(s, 3, 64, wait=False)
+    try:
+        assert closed.wait(30), "no frame arrived"
+    finally:
+        p.kill()
+        p.wait()
+    with pytest.raises(Rocev2Error, match="closed"):
+        s.getQpn()
+    assert len(rocev2._deferred) == 1, "stopped on the receive thread, the destroy deferred"
+    cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=port, peerUdpPort=0,
+                           maxPayload=1024, rxQueueDepth=4)
+    deadline = time.monotonic() + 30  # the receive thread frees the socket as it ends
+    while True:
+        try:
+            rocev2.Server(cfg).close()  # this thread destroys the deferred one
+            break
+        except Rocev2Error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    assert rocev2._deferred == []
+
+
+BLOCKED_WAIT = """
+import sys
+import rocev2
+cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0, peerUdpPort=0,
+                       maxPayload=1024, rxQueueDepth=4, spinUs=0)
+s = rocev2.Server(cfg)
+s.complete_connection(0x4242)
+print("waiting", flush=True)
+try:
+    {call}
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def _sleeping(pid):
+    """The process's main thread is asleep (blocked in a wait)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+@pytest.mark.parametrize("call", ["s.poll()", "s.poll(timeout=3600)", "s.poll_frames()",
+                                  "s.poll_frames(8, timeout=3600)", "next(iter(s))", "s.channel(1).poll()"])
+def test_ctrl_c_interrupts_a_blocked_wait(tmp_path, call):
+    """SIGINT (Ctrl-C) raises KeyboardInterrupt in a thread blocked waiting
+    for a frame, with or without a timeout: the binding waits in slices and
+    Python runs its signal handlers between them."""
+    import signal
+    script = tmp_path / "blocked_wait.py"
+    script.write_text(BLOCKED_WAIT.format(call=call))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=script_env())
+    try:
+        assert p.stdout.readline() == "waiting\n", p.stderr.read()
+        deadline = time.monotonic() + 30  # bounds against hanging, not speed requirements
+        while not _sleeping(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{call}: SIGINT did not interrupt the wait (still blocked after 60 s)")
+        assert out == "interrupted\n", err
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_reading_one_channel_of_several_does_not_stall_the_link():
+    """poll(channel=...) and channel views keep the other channels' frames for
+    their readers, at most half the receive queue of them: beyond that the
+    oldest kept is released, counted in server.channel_drops. Reading only
+    channel 0 of a 4-channel stream goes on to the end."""
+    n, depth = 400, 16
+    with soft_server(depth=depth) as s:
+        s.complete_connection(FPGA_QPN, transport=rocev2.TransportCfg(minRnrTimer=1))
+        p = fpga_sim(s, n, 64, channels="0,1,2,3", wait=False)
+        try:
+            ch0 = s.channel(0)
+            for i in range(0, n, 4):
+                f = ch0.poll(timeout=30)
+                assert f is not None, f"frame {i} (channel 0) did not arrive: the link stalled"
+                with f:
+                    assert rocev2.pattern_check(f) == i
+            assert p.wait(timeout=120) == 0
+        finally:
+            p.kill()
+            p.wait()
+        kept = []
+        while True:
+            f = s.poll(timeout=0)
+            if f is None:
+                break
+            with f:
+                kept.append(rocev2.pattern_check(f))
+        others = [i for i in range(n) if i % 4]
+        assert 0 < len(kept) <= depth // 2 + 3  # + the last three, never polled for channel 0
+        assert sorted(kept) == others[-len(kept):], "the newest are kept"
+        assert kept == sorted(kept), "kept frames come in arrival order"
+        assert s.channel_drops == len(others) - len(kept)
+        assert s.stats()["loans_outstanding"] == 0
