@@ -560,3 +560,18 @@ fn recv_takes_spin_us_and_cpu_and_refuses_a_cpu_it_may_not_use() {
         text(&o.stderr)
     );
 }
+
+/// `text` with every run of whitespace (clap's wrapping) one space.
+fn unwrapped(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Before: the help gave the code's formula only; 0 (infinite in IB) never
+/// times out, which a lost last packet turns into a stream that waits forever.
+#[test]
+fn fpga_sim_help_says_timeout_code_0_never_times_out() {
+    let o = run(&["fpga-sim", "--help"]);
+    assert!(o.status.success());
+    let help = unwrapped(&text(&o.stdout));
+    assert!(help.contains("0 = never time out"), "{help}");
+}

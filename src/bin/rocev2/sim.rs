@@ -45,7 +45,7 @@ pub struct FpgaSimArgs {
     shape: Shape,
     #[command(flatten)]
     faults: FaultArgs,
-    /// Local ACK timeout code: 4.096 us x 2^code (14 = 67 ms, surf's default)
+    /// Local ACK timeout code: 4.096 us x 2^code (14 = 67 ms, surf's default); 0 = never time out (infinite, as in IB): lost last packets are then never resent and the stream waits forever
     #[arg(long, value_name = "0..31", default_value = "14", value_parser = num::<u8>(0, 31))]
     timeout_code: u8,
     /// Messages un-ACKed at most (surf's engine: 4; deeper engines more)
