@@ -575,3 +575,74 @@ fn fpga_sim_help_says_timeout_code_0_never_times_out() {
     let help = unwrapped(&text(&o.stdout));
     assert!(help.contains("0 = never time out"), "{help}");
 }
+
+/// `rocev2 ARGS` with stdout on /dev/full (every write fails with ENOSPC).
+fn to_dev_full(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    Command::new(exe())
+        .args(args)
+        .stdout(full)
+        .output()
+        .unwrap()
+}
+
+/// Before: println! panicked (exit 101, not a listed code) when stdout could
+/// not be written. Now: exit 1 (runtime error) with the cause on stderr.
+#[test]
+fn an_unwritable_stdout_is_a_runtime_error_naming_stdout() {
+    let recv = [
+        "recv",
+        "--port",
+        "0",
+        "--peer-port",
+        "0",
+        "--fpga-ip",
+        "127.0.0.1",
+        "--fpga-qpn",
+        "1",
+        "--idle-timeout",
+        "0.2",
+    ];
+    for args in [
+        &["version"][..],
+        &["--version"],
+        &["--help"],
+        &["help", "recv"],
+        &["info"],
+        &["demo", "--frames", "10", "--size", "64"],
+        &["bench", "--rows", "icrc", "--seconds", "0.01"],
+        &recv,
+    ] {
+        let o = to_dev_full(args);
+        let err = text(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("error: writing stdout failed: No space left on device"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Before: eprintln! panicked (exit 101) when stderr could not be written.
+/// Messages on stderr are best effort: the run ends as it would, here with
+/// exit 3 (no frame) and its summary on stdout.
+#[test]
+fn an_unwritable_stderr_does_not_change_the_outcome() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = common::recv_command()
+        .args(["--idle-timeout", "0.3", "--stats-interval", "0.1"])
+        .stderr(full)
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["frames"], 0, "{out}");
+}

@@ -4,15 +4,18 @@
 //! Every value is parsed and range-checked by clap before anything is
 //! created; errors name the flag. Exit codes: see [`Exit`].
 
+#[macro_use]
+mod out;
+
 mod args;
 mod bench;
 mod demo;
 mod info;
-mod out;
 mod record;
 mod recv;
 mod sim;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -22,7 +25,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub enum Exit {
     /// Everything asked for was done.
     Ok = 0,
-    /// A runtime error: device, server, socket or file.
+    /// A runtime error: device, server, socket or file, or stdout that
+    /// cannot be written (a full disk, /dev/full).
     Runtime = 1,
     /// A usage error: unknown option, bad or out-of-range value.
     Usage = 2,
@@ -42,7 +46,7 @@ Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).
 
 Exit codes:
   0  success
-  1  runtime error (device, server, socket, file)
+  1  runtime error (device, server, socket, file, or stdout cannot be written)
   2  usage error (unknown option, bad or out-of-range value)
   3  recv: no frame arrived before --idle-timeout
   4  verification failed (a frame's bytes, order or channel)
@@ -123,10 +127,25 @@ fn command() -> clap::Command {
     Cli::command().version(version)
 }
 
+/// Ends the process as clap's `Error::exit` does (help and version on
+/// stdout with exit 0, usage errors on stderr with exit 2), except that help
+/// or version that stdout cannot take is a runtime error, as for any command.
+fn clap_exit(e: clap::Error) -> ! {
+    let printed = e.print().and_then(|()| std::io::stdout().lock().flush());
+    let code = match printed {
+        Err(io) if !e.use_stderr() => {
+            errln!("rocev2: error: {}", out::stdout_failed(io).msg);
+            Exit::Runtime as i32
+        }
+        _ => e.exit_code(),
+    };
+    std::process::exit(code)
+}
+
 fn main() -> ExitCode {
     default_sigpipe();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let matches = command().get_matches();
+    let matches = command().try_get_matches().unwrap_or_else(|e| clap_exit(e));
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -139,17 +158,17 @@ fn main() -> ExitCode {
         Cmd::VerbsFpga(a) => ("verbs-fpga", sim::verbs_fpga(a)),
         Cmd::Bench(a) => ("bench", bench::run(a)),
         Cmd::Info => ("info", info::run()),
-        Cmd::Version => {
-            println!("rocev2 {}", version_line());
-            ("version", Ok(Exit::Ok))
-        }
+        Cmd::Version => (
+            "version",
+            outln!("rocev2 {}", version_line()).map(|()| Exit::Ok),
+        ),
     };
     match res {
         Ok(code) => ExitCode::from(code as u8),
         Err(f) => {
-            eprintln!("rocev2 {name}: error: {}", f.msg);
+            errln!("rocev2 {name}: error: {}", f.msg);
             if f.code == Exit::Usage {
-                eprintln!("\nFor more information, try 'rocev2 help {name}'.");
+                errln!("\nFor more information, try 'rocev2 help {name}'.");
             }
             ExitCode::from(f.code as u8)
         }

@@ -53,10 +53,44 @@ pub fn json_line(v: &serde_json::Value) -> String {
     String::from_utf8(buf).expect("serde_json writes UTF-8")
 }
 
+/// One line on stdout, flushed (a reader may be waiting): `outln!(...)?`
+/// where `println!` would panic (exit 101) on a write that fails.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::out::write_line(format_args!($($arg)*))
+    };
+}
+
+/// One line on stderr, best effort: `errln!(...)` where `eprintln!` would
+/// panic. A message stderr cannot take is dropped; the run ends as it would.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::out::note(format_args!($($arg)*))
+    };
+}
+
+/// Writes `line` and a newline on stdout and flushes it. A failed write (a
+/// full disk, /dev/full) is a runtime error naming stdout.
+pub fn write_line(line: std::fmt::Arguments) -> Result<(), Fail> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(stdout_failed)
+}
+
+/// The [`Fail`] of a write to stdout that failed.
+pub fn stdout_failed(e: std::io::Error) -> Fail {
+    Fail::runtime(format!("writing stdout failed: {e}"))
+}
+
+/// Writes `line` and a newline on stderr, ignoring a failure (see `errln!`).
+pub fn note(line: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Prints one JSON line on stdout and flushes it (a reader may be waiting).
-pub fn print_json(v: serde_json::Value) {
-    println!("{}", json_line(&v));
-    let _ = std::io::stdout().flush();
+pub fn print_json(v: serde_json::Value) -> Result<(), Fail> {
+    outln!("{}", json_line(&v))
 }
 
 /// `x` rounded to 3 decimals (rates in the JSON lines).

@@ -144,7 +144,7 @@ pub fn run(a: RecvArgs) -> Outcome {
     print_json(json!({
         "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
         "mr_len": hp.mr_len, "mr_rkey": hp.mr_rkey, "gid": hp.gid.to_string(), "udp_port": hp.udp_port,
-    }));
+    }))?;
     let fpga_qpn = match a.fpga_qpn {
         QpnArg::Qpn(q) => q,
         QpnArg::Stdin => qpn_from_stdin()?,
@@ -153,7 +153,7 @@ pub fn run(a: RecvArgs) -> Outcome {
     let params = ConnectParams::new(fpga_qpn, psn, a.pmtu, a.rnr).map_err(&e)?;
     server.set_fpga_gid(a.fpga_ip).map_err(&e)?;
     server.complete_connection(&params).map_err(&e)?;
-    eprintln!(
+    errln!(
         "rocev2 recv: connected to FPGA {} QP {fpga_qpn:#x}; waiting for frames",
         a.fpga_ip
             .ipv4()
@@ -323,7 +323,7 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
         let now = Instant::now();
         let idle_left = idle.saturating_sub(now - active);
         if idle_left.is_zero() {
-            bar.suspend(|| eprintln!("rocev2 recv: no frame for {idle:?}; stopping"));
+            bar.suspend(|| errln!("rocev2 recv: no frame for {idle:?}; stopping"));
             break;
         }
         let wait = match &ticker {
@@ -343,12 +343,12 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
         }
         if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
             let line = tk.line(&t, &server.stats());
-            bar.suspend(|| eprintln!("{line}"));
+            bar.suspend(|| errln!("{line}"));
         }
     }
     bar.finish_and_clear();
     if let Some(e) = &t.first_error {
-        eprintln!(
+        errln!(
             "rocev2 recv: verify: {} frames failed; the first: {e}",
             t.bad
         );
@@ -377,7 +377,7 @@ fn summary(
         v["recorded_skipped_empty"] = json!(w.skipped_empty);
         w.finish().map_err(Fail::runtime)?;
     }
-    print_json(v);
+    print_json(v)?;
     Ok(())
 }
 

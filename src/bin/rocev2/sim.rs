@@ -89,7 +89,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.rate = a.rate.map(|r| r as f64);
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
-    eprintln!(
+    errln!(
         "rocev2 fpga-sim: {} QP {:#x} -> {} QP {:#x} from PSN {:#x}{}",
         emu.local_addr(),
         emu.qpn(),
@@ -107,7 +107,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         "frames": a.frames, "gbit_per_s": round3(r.gbit), "retransmits": s.requester.retransmits,
         "rnr_naks": s.requester.rnr_naks, "seq_naks": s.requester.seq_naks,
         "timeouts": s.requester.timeouts, "restarts": s.restarts,
-    }));
+    }))?;
     Ok(Exit::Ok)
 }
 
@@ -169,7 +169,7 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     let mut req = VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.shape.size as usize)
         .map_err(&e)?;
     let gid = req.gid().map_err(&e)?;
-    print_json(json!({"qpn": req.qpn(), "gid": gid.to_string()}));
+    print_json(json!({"qpn": req.qpn(), "gid": gid.to_string()}))?;
     let mut line = String::new();
     std::io::stdin()
         .read_line(&mut line)
@@ -189,6 +189,6 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     print_json(json!({
         "frames": st.frames, "gbit_per_s": round3(st.bytes as f64 * 8.0 / st.seconds / 1e9),
         "frames_per_s": (st.frames as f64 / st.seconds).round(),
-    }));
+    }))?;
     Ok(Exit::Ok)
 }
