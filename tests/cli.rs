@@ -646,3 +646,147 @@ fn an_unwritable_stderr_does_not_change_the_outcome() {
     let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     assert_eq!(summary["frames"], 0, "{out}");
 }
+
+/// Sends signal `name` (INT, TERM) to `child`, a process this test started.
+fn send_signal(child: &Child, name: &str) {
+    let st = Command::new("kill")
+        .args(["-s", name, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -s {name}");
+}
+
+/// `recv --out` in the middle of a long stream gets signal `name`: it stops
+/// cleanly, with exit `code`, its summary on stdout and a whole recording.
+/// Before: it died by the signal, no summary, and the recording ended in a
+/// cut record (its write buffer lost).
+fn recv_stops_cleanly_on(name: &str, code: i32) {
+    let dir = std::env::temp_dir().join(format!("rocev2-cli-sig{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.dat");
+    let size = 3000usize;
+    let (child, out, params) = recv(&[
+        "--verify",
+        "--out",
+        path.to_str().unwrap(),
+        "--idle-timeout",
+        "60",
+    ]);
+    // Far more frames than the test waits for: the stream is still going
+    // when the signal comes.
+    let mut sim = Command::new(exe())
+        .args([
+            "fpga-sim",
+            "--host",
+            &format!("127.0.0.1:{}", params["udp_port"]),
+        ])
+        .args(["--host-qpn", &params["qpn"].to_string()])
+        .args(["--psn", &params["sq_psn"].to_string(), "--qpn", "0x4242"])
+        .args(["--frames", "1000000000", "--size", &size.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Mid-stream: the recording has begun (its first buffer written out).
+    let begun = std::time::Instant::now();
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(120),
+            "no frame was recorded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    send_signal(&child, name);
+    let (sum, got, err) = finish(child, out);
+    sim.kill().unwrap();
+    sim.wait().unwrap();
+    assert_eq!(got, code, "{sum} {err}");
+    assert!(err.contains(&format!("SIG{name}; stopping")), "{err}");
+    // Every frame received is in the recording, whole and in order.
+    let n = sum["recorded"].as_u64().unwrap();
+    assert!(n > 0, "{sum}");
+    assert_eq!(
+        (&sum["frames"], &sum["verify_errors"]),
+        (&json!(n), &json!(0))
+    );
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(file.len() as u64, n * (8 + size as u64), "{sum}");
+    let recs = rogue_records(&file);
+    assert_eq!(recs.len() as u64, n);
+    for (i, r) in recs.iter().enumerate() {
+        assert!(
+            r.payload == pattern::make(i as u64, size),
+            "record {i} differs"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn recv_stops_cleanly_on_sigint_with_exit_130() {
+    recv_stops_cleanly_on("INT", 130);
+}
+
+#[test]
+fn recv_stops_cleanly_on_sigterm_with_exit_143() {
+    recv_stops_cleanly_on("TERM", 143);
+}
+
+/// A signal while recv waits for `--fpga-qpn -` on stdin (no connection
+/// yet): the same clean stop, with a summary of no frames.
+#[test]
+fn recv_stops_cleanly_on_sigint_while_it_waits_for_the_qpn() {
+    let mut child = Command::new(exe())
+        .args([
+            "recv",
+            "--port",
+            "0",
+            "--fpga-ip",
+            "127.0.0.1",
+            "--fpga-qpn",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("\"qpn\""), "{line}");
+    send_signal(&child, "INT");
+    let stdin = child.stdin.take();
+    let (sum, code, err) = finish(child, out);
+    drop(stdin);
+    assert_eq!(code, 130, "{sum} {err}");
+    assert_eq!(sum["frames"], 0, "{sum}");
+}
+
+/// `demo` in the middle of a long stream gets SIGINT: it stops cleanly,
+/// prints its report with the frames delivered (all verified) and exits 130.
+/// Before: it died by the signal with no report.
+#[test]
+fn demo_stops_cleanly_on_sigint_with_exit_130() {
+    let mut child = Command::new(exe())
+        .args(["demo", "--frames", "1000000000", "--size", "1024"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("rocev2 demo: "), "{line}");
+    send_signal(&child, "INT");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{rest} {err}");
+    assert!(rest.contains("frames delivered : "), "{rest}");
+    assert!(
+        rest.contains("verify           : OK for the ") && rest.contains(" before SIGINT"),
+        "{rest}"
+    );
+}

@@ -14,6 +14,7 @@ use rocev2::{ConnectParams, Device, Frame, Server, ServerConfig, SoftConfig};
 
 use crate::args::{self, num, FaultArgs, IcrcArg, Shape, MAX_DEPTH};
 use crate::out::{self, lib_err, FlagNames};
+use crate::signals::{self, Stop};
 use crate::{Exit, Fail, Outcome, AFTER_HELP};
 
 const FLAGS: FlagNames = &[
@@ -27,6 +28,8 @@ const FLAGS: FlagNames = &[
 /// The emulator streams pattern frames to a soft-backend server over
 /// loopback; every byte, the order and the channel of every frame are
 /// verified, then the throughput and both sides' counters are printed.
+/// SIGINT or SIGTERM ends the stream early: the same report for the frames
+/// delivered, exit 130 or 143.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct DemoArgs {
@@ -141,6 +144,7 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
 }
 
 pub fn run(a: DemoArgs) -> Outcome {
+    signals::catch_stop_signals()?;
     check_slab(a.shape.size, a.depth, "--size")?;
     let Rig { server, mut emu, v } = build(&a)?;
     let hp = server.host_params();
@@ -160,12 +164,25 @@ pub fn run(a: DemoArgs) -> Outcome {
         a.faults.suffix(", ")
     )?;
     let t0 = Instant::now();
-    let streamed = out::stream_with_progress(&mut emu, a.frames, &a.shape, |bar, done| {
-        let r = Rate::of(done, done * a.shape.size as u64, t0.elapsed());
-        bar.set_message(format!("{:.2} Gbit/s", r.gbit));
-    });
+    let stop_asked = || signals::caught().is_some();
+    let streamed = out::stream_with_progress(
+        &mut emu,
+        a.frames,
+        &a.shape,
+        Some(&stop_asked),
+        |bar, done| {
+            let r = Rate::of(done, done * a.shape.size as u64, t0.elapsed());
+            bar.set_message(format!("{:.2} Gbit/s", r.gbit));
+        },
+    );
+    // The frames streamed were ACKed: they reach the verifier soon. A stop
+    // signal that comes while waiting for them ends the wait.
+    let sent = *streamed.as_ref().unwrap_or(&0);
+    let stopped_streaming = stop_asked();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while streamed.is_ok() && v.next.load(Ordering::Relaxed) < a.frames && Instant::now() < deadline
+    while v.next.load(Ordering::Relaxed) < sent
+        && Instant::now() < deadline
+        && (stopped_streaming || !stop_asked())
     {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -176,23 +193,30 @@ pub fn run(a: DemoArgs) -> Outcome {
     let rate = Rate::of(got, v.bytes.load(Ordering::Relaxed), elapsed);
     report(&a, &server, &emu, got, elapsed, rate)?;
     let err = v.first_error.lock().unwrap().clone();
-    verdict(err, got, a.frames)
+    verdict(err, got, a.frames, signals::caught())
 }
 
-/// The verify line and the exit code.
-fn verdict(err: Option<String>, got: u64, frames: u64) -> Outcome {
-    Ok(match err {
-        None if got == frames => {
+/// The verify line and the exit code (130 or 143 after a stop signal).
+fn verdict(err: Option<String>, got: u64, frames: u64, stop: Option<Stop>) -> Outcome {
+    Ok(match (err, stop) {
+        (Some(e), _) => {
+            outln!("verify           : FAILED: {e}")?;
+            stop.map_or(Exit::Verify, Stop::exit)
+        }
+        (None, Some(stop)) => {
+            outln!(
+                "verify           : OK for the {got} frames delivered before {stop} (every byte, \
+                 order and channel)"
+            )?;
+            stop.exit()
+        }
+        (None, None) if got == frames => {
             outln!("verify           : OK (every byte, order and channel of every frame)")?;
             Exit::Ok
         }
-        None => {
+        (None, None) => {
             outln!("verify           : FAILED: only {got} of {frames} frames arrived")?;
             Exit::Timeout
-        }
-        Some(e) => {
-            outln!("verify           : FAILED: {e}")?;
-            Exit::Verify
         }
     })
 }

@@ -13,6 +13,7 @@ mod demo;
 mod info;
 mod record;
 mod recv;
+mod signals;
 mod sim;
 
 use std::io::Write;
@@ -37,6 +38,10 @@ pub enum Exit {
     /// Frames stopped arriving before the requested count (the idle
     /// timeout), or the emulator gave up retrying (its retry timeout).
     Timeout = 5,
+    /// `recv`, `demo`: stopped by SIGINT (128 + 2), after a clean stop.
+    Interrupted = 130,
+    /// `recv`, `demo`: stopped by SIGTERM (128 + 15), after a clean stop.
+    Terminated = 143,
 }
 
 /// Shown under every command's help.
@@ -45,12 +50,14 @@ Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).
 `rocev2 help COMMAND` or `rocev2 COMMAND --help` shows a command's options and defaults.
 
 Exit codes:
-  0  success
-  1  runtime error (device, server, socket, file, or stdout cannot be written)
-  2  usage error (unknown option, bad or out-of-range value)
-  3  recv: no frame arrived before --idle-timeout
-  4  verification failed (a frame's bytes, order or channel)
-  5  timeout: fewer frames than --frames arrived, or the emulator ran out of retries
+  0    success
+  1    runtime error (device, server, socket, file, or stdout cannot be written)
+  2    usage error (unknown option, bad or out-of-range value)
+  3    recv: no frame arrived before --idle-timeout
+  4    verification failed (a frame's bytes, order or channel)
+  5    timeout: fewer frames than --frames arrived, or the emulator ran out of retries
+  130  recv, demo: stopped by SIGINT (Ctrl-C), cleanly: the recording whole, the summary printed
+  143  recv, demo: the same for SIGTERM (a second SIGINT or SIGTERM ends the process at once)
   SIGPIPE ends the process quietly when stdout is a pipe closed early (`rocev2 info | head -1`)";
 
 /// A failed command: the message (naming the flag) and the exit code.
@@ -110,17 +117,6 @@ fn version_line() -> String {
     format!("{} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION)
 }
 
-/// Restores the default SIGPIPE action, so a closed stdout pipe ends the
-/// process quietly (as for any Unix filter) instead of a panic in `println!`.
-fn default_sigpipe() {
-    // SAFETY: signal(2) with SIG_DFL installs no handler code; it is called
-    // before any thread is started, and the library sends only on UDP and
-    // AF_PACKET sockets, which never raise SIGPIPE.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 fn command() -> clap::Command {
     // clap wants a &'static str for the version; built once per process.
     let version: &'static str = Box::leak(version_line().into_boxed_str());
@@ -143,7 +139,7 @@ fn clap_exit(e: clap::Error) -> ! {
 }
 
 fn main() -> ExitCode {
-    default_sigpipe();
+    signals::default_sigpipe();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let matches = command().try_get_matches().unwrap_or_else(|e| clap_exit(e));
     let cli = match Cli::from_arg_matches(&matches) {

@@ -102,33 +102,46 @@ pub fn round3(x: f64) -> f64 {
     }
 }
 
-/// A progress bar on stderr when stderr is a terminal; hidden otherwise.
-/// `total` None draws a spinner with the count.
 /// Streams `frames` pattern frames of `shape` from the emulator (a queue of
 /// 64, like the FPGA's ring) with a progress bar on a terminal;
-/// `on_progress(bar, done)` may add a message.
+/// `on_progress(bar, done)` may add a message. With `stop`, the stream goes
+/// in parts of about 16 MiB, each ACKed before the next, and ends early
+/// when `stop()` says so after one. Returns the frames streamed (and ACKed).
 pub fn stream_with_progress(
     emu: &mut FpgaEmulator,
     frames: u64,
     shape: &Shape,
+    stop: Option<&dyn Fn() -> bool>,
     mut on_progress: impl FnMut(&ProgressBar, u64),
-) -> rocev2::Result<()> {
+) -> rocev2::Result<u64> {
+    let part = match stop {
+        Some(_) => (16u64 << 20).div_ceil(shape.size as u64),
+        None => frames,
+    };
     let bar = progress(Some(frames), "frames");
-    let res = emu.stream(
-        frames,
-        shape.size as usize,
-        &shape.channels.0,
-        64,
-        Duration::from_secs(3600),
-        |done| {
-            bar.set_position(done);
-            on_progress(&bar, done);
-        },
-    );
+    let mut sent = 0;
+    let mut res = Ok(());
+    while sent < frames && res.is_ok() && !stop.is_some_and(|stop| stop()) {
+        let n = part.min(frames - sent);
+        res = emu.stream(
+            n,
+            shape.size as usize,
+            &shape.channels.0,
+            64,
+            Duration::from_secs(3600),
+            |done| {
+                bar.set_position(sent + done);
+                on_progress(&bar, sent + done);
+            },
+        );
+        sent += n;
+    }
     bar.finish_and_clear();
-    res
+    res.map(|()| sent)
 }
 
+/// A progress bar on stderr when stderr is a terminal; hidden otherwise.
+/// `total` None draws a spinner with the count.
 pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()

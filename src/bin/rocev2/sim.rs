@@ -99,7 +99,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         a.faults.suffix("; ")
     );
     let t0 = Instant::now();
-    let res = out::stream_with_progress(&mut emu, a.frames, &a.shape, |_, _| ());
+    let res = out::stream_with_progress(&mut emu, a.frames, &a.shape, None, |_, _| ());
     res.map_err(out::emulator_err(FLAGS))?;
     let r = Rate::of(a.frames, a.frames * a.shape.size as u64, t0.elapsed());
     let s = emu.stats();
