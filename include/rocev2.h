@@ -802,8 +802,9 @@ rocev2_status rocev2_gid_format(const uint8_t *gid, char *buf, size_t len);
 /**
  * The IPv4 address of an IPv4-mapped GID string in ibv_devinfo form
  * ("0000:0000:0000:0000:0000:ffff:0a00:0001" -> "10.0.0.1"; exactly 8
- * groups, group 5 `ffff`), copied into `buf` (16 bytes suffice; the
- * caller's); an empty string for any other text (pyrogue's
+ * groups of hex digits as rocev2_gid_parse reads them, group 5 `ffff`),
+ * copied into `buf` (16 bytes suffice; the caller's); an empty string for
+ * any other text, text that is not UTF-8 included (pyrogue's
  * `_host_ip_from_gid`). ROCEV2_ERR_BUFFER_TOO_SMALL when the address does
  * not fit.
  *

@@ -77,27 +77,19 @@ impl fmt::Debug for Gid {
     }
 }
 
-/// The IPv4 of an IPv4-mapped GID string (pyrogue `_host_ip_from_gid`): exactly 8
-/// groups with group 5 == `ffff`; `""` for anything else.
+/// The IPv4 of an IPv4-mapped GID string (pyrogue `_host_ip_from_gid`): a
+/// text [`Gid::parse`] reads (the one parser of GID text), written as exactly
+/// 8 groups of hex digits with group 5 == `ffff`; `""` for anything else.
 pub fn host_ip_from_gid(gid: &str) -> String {
-    let groups: Vec<&str> = gid.split(':').collect();
-    if groups.len() != 8 || !groups[5].eq_ignore_ascii_case("ffff") {
+    let t = gid.trim();
+    let groups: Vec<&str> = t.split(':').collect();
+    // 8 written groups: no `::` (which makes an empty one), no dotted quad.
+    if groups.len() != 8 || groups.contains(&"") || !groups[5].eq_ignore_ascii_case("ffff") {
         return String::new();
     }
-    let word = |g: &str| {
-        if g.is_empty() || g.len() > 4 {
-            None
-        } else {
-            u16::from_str_radix(g, 16).ok()
-        }
-    };
-    match (word(groups[6]), word(groups[7])) {
-        (Some(hi), Some(lo)) if groups[6].len() == 4 && groups[7].len() == 4 => {
-            let [a, b] = hi.to_be_bytes();
-            let [c, d] = lo.to_be_bytes();
-            Ipv4Addr::new(a, b, c, d).to_string()
-        }
-        _ => String::new(),
+    match Gid::parse(t) {
+        Ok(Gid(b)) => Ipv4Addr::new(b[12], b[13], b[14], b[15]).to_string(),
+        Err(_) => String::new(),
     }
 }
 
@@ -254,6 +246,12 @@ mod tests {
             ""
         );
         assert_eq!(host_ip_from_gid("::ffff:10.0.0.1"), "");
+        // 8 pieces, but one is the empty group of `::`: not 8 written groups.
+        assert_eq!(host_ip_from_gid("0::0:0:0:ffff:0a00:0001"), "");
+        assert_eq!(
+            host_ip_from_gid("0000:0000:0000:0000:0000:ffff:10.0.0.1"),
+            ""
+        );
     }
 
     /// A fake sysfs tree laid out as the kernel does.

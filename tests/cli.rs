@@ -560,3 +560,253 @@ fn recv_takes_spin_us_and_cpu_and_refuses_a_cpu_it_may_not_use() {
         text(&o.stderr)
     );
 }
+
+/// `text` with every run of whitespace (clap's wrapping) one space.
+fn unwrapped(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Before: the help gave the code's formula only; 0 (infinite in IB) never
+/// times out, which a lost last packet turns into a stream that waits forever.
+#[test]
+fn fpga_sim_help_says_timeout_code_0_never_times_out() {
+    let o = run(&["fpga-sim", "--help"]);
+    assert!(o.status.success());
+    let help = unwrapped(&text(&o.stdout));
+    assert!(help.contains("0 = never time out"), "{help}");
+}
+
+/// `rocev2 ARGS` with stdout on /dev/full (every write fails with ENOSPC).
+fn to_dev_full(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    Command::new(exe())
+        .args(args)
+        .stdout(full)
+        .output()
+        .unwrap()
+}
+
+/// Before: println! panicked (exit 101, not a listed code) when stdout could
+/// not be written. Now: exit 1 (runtime error) with the cause on stderr.
+#[test]
+fn an_unwritable_stdout_is_a_runtime_error_naming_stdout() {
+    let recv = [
+        "recv",
+        "--port",
+        "0",
+        "--peer-port",
+        "0",
+        "--fpga-ip",
+        "127.0.0.1",
+        "--fpga-qpn",
+        "1",
+        "--idle-timeout",
+        "0.2",
+    ];
+    for args in [
+        &["version"][..],
+        &["--version"],
+        &["--help"],
+        &["help", "recv"],
+        &["info"],
+        &["demo", "--frames", "10", "--size", "64"],
+        &["bench", "--rows", "icrc", "--seconds", "0.01"],
+        &recv,
+    ] {
+        let o = to_dev_full(args);
+        let err = text(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("error: writing stdout failed: No space left on device"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Before: eprintln! panicked (exit 101) when stderr could not be written.
+/// Messages on stderr are best effort: the run ends as it would, here with
+/// exit 3 (no frame) and its summary on stdout.
+#[test]
+fn an_unwritable_stderr_does_not_change_the_outcome() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = common::recv_command()
+        .args(["--idle-timeout", "0.3", "--stats-interval", "0.1"])
+        .stderr(full)
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    let summary: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["frames"], 0, "{out}");
+}
+
+/// Sends signal `name` (INT, TERM) to `child`, a process this test started.
+fn send_signal(child: &Child, name: &str) {
+    let st = Command::new("kill")
+        .args(["-s", name, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -s {name}");
+}
+
+/// `recv --out` in the middle of a long stream gets signal `name`: it stops
+/// cleanly, with exit `code`, its summary on stdout and a whole recording.
+/// Before: it died by the signal, no summary, and the recording ended in a
+/// cut record (its write buffer lost).
+fn recv_stops_cleanly_on(name: &str, code: i32) {
+    let dir = std::env::temp_dir().join(format!("rocev2-cli-sig{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.dat");
+    let size = 3000usize;
+    let (child, out, params) = recv(&[
+        "--verify",
+        "--out",
+        path.to_str().unwrap(),
+        "--idle-timeout",
+        "60",
+    ]);
+    // Far more frames than the test waits for: the stream is still going
+    // when the signal comes.
+    let mut sim = Command::new(exe())
+        .args([
+            "fpga-sim",
+            "--host",
+            &format!("127.0.0.1:{}", params["udp_port"]),
+        ])
+        .args(["--host-qpn", &params["qpn"].to_string()])
+        .args(["--psn", &params["sq_psn"].to_string(), "--qpn", "0x4242"])
+        .args(["--frames", "1000000000", "--size", &size.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Mid-stream: the recording has begun (its first buffer written out).
+    let begun = std::time::Instant::now();
+    while std::fs::metadata(&path).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            begun.elapsed() < std::time::Duration::from_secs(120),
+            "no frame was recorded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    send_signal(&child, name);
+    let (sum, got, err) = finish(child, out);
+    sim.kill().unwrap();
+    sim.wait().unwrap();
+    assert_eq!(got, code, "{sum} {err}");
+    assert!(err.contains(&format!("SIG{name}; stopping")), "{err}");
+    // Every frame received is in the recording, whole and in order.
+    let n = sum["recorded"].as_u64().unwrap();
+    assert!(n > 0, "{sum}");
+    assert_eq!(
+        (&sum["frames"], &sum["verify_errors"]),
+        (&json!(n), &json!(0))
+    );
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(file.len() as u64, n * (8 + size as u64), "{sum}");
+    let recs = rogue_records(&file);
+    assert_eq!(recs.len() as u64, n);
+    for (i, r) in recs.iter().enumerate() {
+        assert!(
+            r.payload == pattern::make(i as u64, size),
+            "record {i} differs"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn recv_stops_cleanly_on_sigint_with_exit_130() {
+    recv_stops_cleanly_on("INT", 130);
+}
+
+#[test]
+fn recv_stops_cleanly_on_sigterm_with_exit_143() {
+    recv_stops_cleanly_on("TERM", 143);
+}
+
+/// A signal while recv waits for `--fpga-qpn -` on stdin (no connection
+/// yet): the same clean stop, with a summary of no frames.
+#[test]
+fn recv_stops_cleanly_on_sigint_while_it_waits_for_the_qpn() {
+    let mut child = Command::new(exe())
+        .args([
+            "recv",
+            "--port",
+            "0",
+            "--fpga-ip",
+            "127.0.0.1",
+            "--fpga-qpn",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("\"qpn\""), "{line}");
+    send_signal(&child, "INT");
+    let stdin = child.stdin.take();
+    let (sum, code, err) = finish(child, out);
+    drop(stdin);
+    assert_eq!(code, 130, "{sum} {err}");
+    assert_eq!(sum["frames"], 0, "{sum}");
+}
+
+/// `demo` in the middle of a long stream gets SIGINT: it stops cleanly,
+/// prints its report with the frames delivered (all verified) and exits 130.
+/// Before: it died by the signal with no report.
+#[test]
+fn demo_stops_cleanly_on_sigint_with_exit_130() {
+    let mut child = Command::new(exe())
+        .args(["demo", "--frames", "1000000000", "--size", "1024"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("rocev2 demo: "), "{line}");
+    send_signal(&child, "INT");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{rest} {err}");
+    assert!(rest.contains("frames delivered : "), "{rest}");
+    assert!(
+        rest.contains("verify           : OK for the ") && rest.contains(" before SIGINT"),
+        "{rest}"
+    );
+}
+
+/// The exit-code table in the README's CLI section is the one `--help`
+/// shows (clap's wrapping aside).
+#[test]
+fn the_readme_exit_codes_are_the_help_exit_codes() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let at = readme
+        .find("\nExit codes:\n")
+        .expect("an exit-code table in README.md");
+    let table = &readme[at..];
+    let table = &table[..table.find("```").expect("the table's closing fence")];
+    for args in [&["--help"][..], &["recv", "--help"], &["demo", "--help"]] {
+        let help = text(&run(args).stdout);
+        assert!(
+            unwrapped(&help).contains(&unwrapped(table)),
+            "{args:?}: README.md:\n{table}\nhelp:\n{help}"
+        );
+    }
+}

@@ -4,7 +4,7 @@
 // and in the header: a pointer argument is NULL or valid for its type.
 #![allow(clippy::missing_safety_doc)]
 
-use std::ffi::c_char;
+use std::ffi::{c_char, CStr};
 use std::net::Ipv4Addr;
 use std::path::Path;
 
@@ -66,8 +66,9 @@ pub unsafe extern "C" fn rocev2_gid_format(
 
 /// The IPv4 address of an IPv4-mapped GID string in ibv_devinfo form
 /// ("0000:0000:0000:0000:0000:ffff:0a00:0001" -> "10.0.0.1"; exactly 8
-/// groups, group 5 `ffff`), copied into `buf` (16 bytes suffice; the
-/// caller's); an empty string for any other text (pyrogue's
+/// groups of hex digits as rocev2_gid_parse reads them, group 5 `ffff`),
+/// copied into `buf` (16 bytes suffice; the caller's); an empty string for
+/// any other text, text that is not UTF-8 included (pyrogue's
 /// `_host_ip_from_gid`). ROCEV2_ERR_BUFFER_TOO_SMALL when the address does
 /// not fit.
 ///
@@ -79,12 +80,16 @@ pub unsafe extern "C" fn rocev2_gid_host_ip(
     len: usize,
 ) -> rocev2_status {
     guard(fn_name!(), || {
-        // SAFETY: NUL-terminated string per the API contract.
-        let t = unsafe { c_str(gid, "gid") }?;
+        if gid.is_null() {
+            return Err(null("gid"));
+        }
         if buf.is_null() {
             return Err(null("buf"));
         }
-        let ip = crate::gid::host_ip_from_gid(t);
+        // SAFETY: non-NULL and NUL-terminated per the API contract.
+        let t = unsafe { CStr::from_ptr(gid) }.to_bytes();
+        // Text that is not UTF-8 is no GID, so it has no address.
+        let ip = std::str::from_utf8(t).map_or(String::new(), crate::gid::host_ip_from_gid);
         if len <= ip.len() {
             return Err(Error::new(
                 ErrorKind::BufferTooSmall,

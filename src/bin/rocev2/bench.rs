@@ -77,15 +77,21 @@ fn mmm(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[0], v[v.len() / 2], v[v.len() - 1])
 }
 
-fn row(figure: &str, value: &str, reference: &str, r: (f64, f64, f64), goal: &str) {
-    println!(
+fn row(
+    figure: &str,
+    value: &str,
+    reference: &str,
+    r: (f64, f64, f64),
+    goal: &str,
+) -> Result<(), Fail> {
+    outln!(
         "{figure:<42} {value:>28} {reference:>30} {:>16} {goal:>9}",
         format!("{:.2}/{:.2}/{:.2}", r.0, r.1, r.2)
-    );
+    )
 }
 
-fn note(text: &str) {
-    println!("{:<42} {text}", "");
+fn note(text: &str) -> Result<(), Fail> {
+    outln!("{:<42} {text}", "")
 }
 
 pub fn run(a: BenchArgs) -> Outcome {
@@ -95,7 +101,7 @@ pub fn run(a: BenchArgs) -> Outcome {
         a.rows.clone()
     };
     let secs = Duration::from_secs_f64(a.seconds);
-    println!(
+    outln!(
         "rocev2 bench ({} CPUs, load {}; {RUNS} runs each: min/median/max; every ratio is \
          against a reference measured in this run)",
         std::thread::available_parallelism()
@@ -105,11 +111,15 @@ pub fn run(a: BenchArgs) -> Outcome {
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_string))
             .unwrap_or_else(|| "?".into())
-    );
-    println!(
+    )?;
+    outln!(
         "{:<42} {:>28} {:>30} {:>16} {:>9}",
-        "figure", "value (median)", "reference (median)", "ratio", "goal"
-    );
+        "figure",
+        "value (median)",
+        "reference (median)",
+        "ratio",
+        "goal"
+    )?;
     for r in rows {
         match r {
             Row::Ceilings => ceilings(secs)?,
@@ -118,7 +128,7 @@ pub fn run(a: BenchArgs) -> Outcome {
             Row::Acks => acks_row(a.frames)?,
             Row::Paced => paced_rows(a.seconds, a.window)?,
             Row::Dispatch => dispatch_row(a.frames)?,
-            Row::Icrc => icrc_row(),
+            Row::Icrc => icrc_row()?,
         }
     }
     Ok(Exit::Ok)
@@ -150,7 +160,7 @@ fn ceilings(secs: Duration) -> Result<(), Fail> {
             &format!("recvmmsg: {:.0} dg/s", med(&plain)),
             ratio,
             "",
-        );
+        )?;
     }
     Ok(())
 }
@@ -180,8 +190,8 @@ fn e2e_rows(frames: u64, secs: Duration, window: usize) -> Result<(), Fail> {
             &format!("recvmmsg {dg} B: {:.0} dg/s", mid.2.per_sec),
             ratio,
             &format!(">={goal}"),
-        );
-        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()));
+        )?;
+        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()))?;
     }
     Ok(())
 }
@@ -206,9 +216,9 @@ fn server_line(runs: &[E2e]) -> String {
 fn icrc_e2e_rows(frames: u64, window: usize) -> Result<(), Fail> {
     let e = lib_err(&[]);
     if !rocev2::soft::raw_capture_allowed() {
-        println!(
+        outln!(
             "(no CAP_NET_RAW: the rows with received ICRCs checked by raw capture are skipped)"
-        );
+        )?;
         return Ok(());
     }
     for size in [1024usize, 4096, 8192] {
@@ -236,8 +246,8 @@ fn icrc_e2e_rows(frames: u64, window: usize) -> Result<(), Fail> {
             &format!("unchecked: {:.0} f/s", mid.2.rate.per_sec),
             ratio,
             ">=0.9",
-        );
-        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()));
+        )?;
+        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()))?;
     }
     Ok(())
 }
@@ -260,10 +270,10 @@ fn acks_row(frames: u64) -> Result<(), Fail> {
         "one per 4 messages: 0.25",
         (acks.0 / 0.25, acks.1 / 0.25, acks.2 / 0.25),
         "<=1.0",
-    );
+    )?;
     note(&format!(
         "{stalls} emulator retransmits in {RUNS} runs (a stalled window would time out)"
-    ));
+    ))?;
     Ok(())
 }
 
@@ -300,7 +310,7 @@ fn paced_rows(seconds: f64, window: usize) -> Result<(), Fail> {
             &format!("{:.0} f/s arrived", got.1),
             ratio,
             goal,
-        );
+        )?;
         for (runs, what) in by_spin.iter().zip(["spin_us 50 (judged)", "spin_us 0"]) {
             let busy = mmm(runs.iter().map(|r| r.busy_ns_per_frame).collect());
             let cpu = mmm(runs.iter().map(|r| r.cpu * 100.0).collect());
@@ -319,7 +329,7 @@ fn paced_rows(seconds: f64, window: usize) -> Result<(), Fail> {
                 naps.1,
                 parks.1,
                 loss_line(runs, rate)
-            ));
+            ))?;
         }
     }
     Ok(())
@@ -348,11 +358,11 @@ fn dispatch_row(frames: u64) -> Result<(), Fail> {
         "goal 25 ns/frame",
         (r.0 / 25.0, r.1 / 25.0, r.2 / 25.0),
         "<=1.0",
-    );
+    )?;
     Ok(())
 }
 
-fn icrc_row() {
+fn icrc_row() -> Result<(), Fail> {
     let mut runs = Vec::new();
     for _ in 0..RUNS {
         runs.push(icrc_vs_raw_crc(4096, 200_000));
@@ -365,5 +375,5 @@ fn icrc_row() {
         &format!("crc32fast raw: {:.2} GB/s", med(|p| p.1)),
         r,
         ">=0.93",
-    );
+    )
 }

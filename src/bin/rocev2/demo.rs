@@ -14,6 +14,7 @@ use rocev2::{ConnectParams, Device, Frame, Server, ServerConfig, SoftConfig};
 
 use crate::args::{self, num, FaultArgs, IcrcArg, Shape, MAX_DEPTH};
 use crate::out::{self, lib_err, FlagNames};
+use crate::signals::{self, Stop};
 use crate::{Exit, Fail, Outcome, AFTER_HELP};
 
 const FLAGS: FlagNames = &[
@@ -27,6 +28,8 @@ const FLAGS: FlagNames = &[
 /// The emulator streams pattern frames to a soft-backend server over
 /// loopback; every byte, the order and the channel of every frame are
 /// verified, then the throughput and both sides' counters are printed.
+/// SIGINT or SIGTERM ends the stream early: the same report for the frames
+/// delivered, exit 130 or 143.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct DemoArgs {
@@ -141,10 +144,11 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
 }
 
 pub fn run(a: DemoArgs) -> Outcome {
+    signals::catch_stop_signals()?;
     check_slab(a.shape.size, a.depth, "--size")?;
     let Rig { server, mut emu, v } = build(&a)?;
     let hp = server.host_params();
-    println!(
+    outln!(
         "rocev2 demo: soft server {}:{} (QP {:#08x}) <- FPGA emulator {} (QP {:#08x}); {} frames x {} B, \
          pmtu {}, {} slots, channels {}{}",
         Ipv4Addr::LOCALHOST,
@@ -158,14 +162,27 @@ pub fn run(a: DemoArgs) -> Outcome {
         a.depth,
         a.shape.channels,
         a.faults.suffix(", ")
-    );
+    )?;
     let t0 = Instant::now();
-    let streamed = out::stream_with_progress(&mut emu, a.frames, &a.shape, |bar, done| {
-        let r = Rate::of(done, done * a.shape.size as u64, t0.elapsed());
-        bar.set_message(format!("{:.2} Gbit/s", r.gbit));
-    });
+    let stop_asked = || signals::caught().is_some();
+    let streamed = out::stream_with_progress(
+        &mut emu,
+        a.frames,
+        &a.shape,
+        Some(&stop_asked),
+        |bar, done| {
+            let r = Rate::of(done, done * a.shape.size as u64, t0.elapsed());
+            bar.set_message(format!("{:.2} Gbit/s", r.gbit));
+        },
+    );
+    // The frames streamed were ACKed: they reach the verifier soon. A stop
+    // signal that comes while waiting for them ends the wait.
+    let sent = *streamed.as_ref().unwrap_or(&0);
+    let stopped_streaming = stop_asked();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while streamed.is_ok() && v.next.load(Ordering::Relaxed) < a.frames && Instant::now() < deadline
+    while v.next.load(Ordering::Relaxed) < sent
+        && Instant::now() < deadline
+        && (stopped_streaming || !stop_asked())
     {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -176,25 +193,32 @@ pub fn run(a: DemoArgs) -> Outcome {
     let rate = Rate::of(got, v.bytes.load(Ordering::Relaxed), elapsed);
     report(&a, &server, &emu, got, elapsed, rate)?;
     let err = v.first_error.lock().unwrap().clone();
-    Ok(verdict(err, got, a.frames))
+    verdict(err, got, a.frames, signals::caught())
 }
 
-/// The verify line and the exit code.
-fn verdict(err: Option<String>, got: u64, frames: u64) -> Exit {
-    match err {
-        None if got == frames => {
-            println!("verify           : OK (every byte, order and channel of every frame)");
+/// The verify line and the exit code (130 or 143 after a stop signal).
+fn verdict(err: Option<String>, got: u64, frames: u64, stop: Option<Stop>) -> Outcome {
+    Ok(match (err, stop) {
+        (Some(e), _) => {
+            outln!("verify           : FAILED: {e}")?;
+            stop.map_or(Exit::Verify, Stop::exit)
+        }
+        (None, Some(stop)) => {
+            outln!(
+                "verify           : OK for the {got} frames delivered before {stop} (every byte, \
+                 order and channel)"
+            )?;
+            stop.exit()
+        }
+        (None, None) if got == frames => {
+            outln!("verify           : OK (every byte, order and channel of every frame)")?;
             Exit::Ok
         }
-        None => {
-            println!("verify           : FAILED: only {got} of {frames} frames arrived");
+        (None, None) => {
+            outln!("verify           : FAILED: only {got} of {frames} frames arrived")?;
             Exit::Timeout
         }
-        Some(e) => {
-            println!("verify           : FAILED: {e}");
-            Exit::Verify
-        }
-    }
+    })
 }
 
 /// The summary lines (and the UDP ceiling, when asked for).
@@ -208,43 +232,47 @@ fn report(
 ) -> Result<(), Fail> {
     let s = server.stats();
     let e = emu.stats();
-    println!(
+    outln!(
         "frames delivered : {got} of {} in {:.3} s",
         a.frames,
         elapsed.as_secs_f64()
-    );
-    println!(
+    )?;
+    outln!(
         "throughput       : {:.3} Gbit/s, {:.0} frames/s",
-        rate.gbit, rate.per_sec
-    );
-    println!(
+        rate.gbit,
+        rate.per_sec
+    )?;
+    outln!(
         "emulator         : {} packets, {} retransmits, {} RNR NAKs, {} seq NAKs, {} timeouts",
         e.requester.packets,
         e.requester.retransmits,
         e.requester.rnr_naks,
         e.requester.seq_naks,
         e.requester.timeouts
-    );
+    )?;
     if a.faults.any() {
-        println!(
+        outln!(
             "faults injected  : {} dropped, {} duplicated, {} reordered, {} corrupted",
-            e.dropped, e.duplicated, e.reordered, e.corrupted
-        );
+            e.dropped,
+            e.duplicated,
+            e.reordered,
+            e.corrupted
+        )?;
     }
-    println!(
+    outln!(
         "server           : {} packets in, {} ACKs, {} RNR NAKs, {} seq NAKs, {} duplicates, {} parks, {} naps, {} socket drops",
         s.soft().packets_rx, s.soft().acks_tx, s.soft().rnr_naks_tx, s.soft().seq_naks_tx, s.soft().duplicates, s.parks, s.naps, s.soft().socket_drops
-    );
-    println!(
+    )?;
+    outln!(
         "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \
          ICRC {} checked, {} unchecked",
         s.soft().payload_direct, s.soft().payload_copied, s.soft().icrc_checked, s.soft().icrc_unchecked
-    );
+    )?;
     if s.soft().icrc_errors > 0 {
-        println!(
+        outln!(
             "ICRC errors      : {} packets dropped for a bad ICRC (resent by the emulator)",
             s.soft().icrc_errors
-        );
+        )?;
     }
     if let Some(secs) = a.udp_ceiling {
         let mtu_bytes = 128usize << a.shape.pmtu;
@@ -253,13 +281,13 @@ fn report(
             rocev2::wire::Packet::wire_len(rocev2::wire::Opcode::SendOnlyImm, size.min(mtu_bytes));
         let c = udp_ceiling(wire, Duration::from_secs_f64(secs)).map_err(lib_err(FLAGS))?;
         let pkts_per_frame = size.div_ceil(mtu_bytes) as f64;
-        println!(
+        outln!(
             "UDP ceiling      : {:.3} Gbit/s, {:.0} datagrams/s of {wire} B (raw loopback, same batching); \
              demo/ceiling = {:.2} (packets/s)",
             c.gbit,
             c.per_sec,
             rate.per_sec * pkts_per_frame / c.per_sec
-        );
+        )?;
     }
     Ok(())
 }

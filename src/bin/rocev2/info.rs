@@ -3,50 +3,54 @@
 use crate::{Exit, Outcome};
 
 pub fn run() -> Outcome {
-    println!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION);
-    println!("backend soft: built in (userspace RoCEv2 over UDP; device name \"soft\")");
+    outln!("rocev2 {} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION)?;
+    outln!("backend soft: built in (userspace RoCEv2 over UDP; device name \"soft\")")?;
     if rocev2::soft::raw_capture_allowed() {
-        println!("  received ICRCs: checked (raw capture allowed: CAP_NET_RAW)");
+        outln!("  received ICRCs: checked (raw capture allowed: CAP_NET_RAW)")?;
     } else {
-        println!(
+        outln!(
             "  received ICRCs: not checked (no CAP_NET_RAW; `setcap cap_net_raw+ep` the program \
              or run as root to check them)"
-        );
+        )?;
     }
     #[cfg(feature = "verbs")]
     {
-        println!("backend verbs: built in (libibverbs)");
+        outln!("backend verbs: built in (libibverbs)")?;
         let devices = rocev2::verbs::list_devices();
         if devices.is_empty() {
-            println!(
+            outln!(
                 "  No RDMA devices found on this host: no RoCE NIC driver is loaded and no \
                  Soft-RoCE device exists.\n  To create one: `modprobe rdma_rxe && rdma link add \
                  rxe0 type rxe netdev <iface>` (needs a kernel with rdma_rxe), or use the soft backend."
-            );
+            )?;
         }
         for d in devices {
             match d {
                 Ok(d) => {
-                    println!(
+                    outln!(
                         "  device {}  fw {}  max_qp_wr {}",
-                        d.name, d.fw_ver, d.max_qp_wr
-                    );
+                        d.name,
+                        d.fw_ver,
+                        d.max_qp_wr
+                    )?;
                     for p in d.ports {
-                        println!(
+                        outln!(
                             "    port {}  {}  active_mtu {}",
-                            p.port, p.state, p.active_mtu
-                        );
+                            p.port,
+                            p.state,
+                            p.active_mtu
+                        )?;
                         for g in p.gids {
                             let ip = g.gid.ipv4().map(|i| format!("  ({i})")).unwrap_or_default();
-                            println!("      gid[{:>3}] {}  {}{}", g.index, g.gid, g.kind, ip);
+                            outln!("      gid[{:>3}] {}  {}{}", g.index, g.gid, g.kind, ip)?;
                         }
                     }
                 }
-                Err(e) => println!("  device error: {e}"),
+                Err(e) => outln!("  device error: {e}")?,
             }
         }
     }
     #[cfg(not(feature = "verbs"))]
-    println!("backend verbs: not built (enable the `verbs` feature)");
+    outln!("backend verbs: not built (enable the `verbs` feature)")?;
     Ok(Exit::Ok)
 }

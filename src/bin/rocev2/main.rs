@@ -4,15 +4,19 @@
 //! Every value is parsed and range-checked by clap before anything is
 //! created; errors name the flag. Exit codes: see [`Exit`].
 
+#[macro_use]
+mod out;
+
 mod args;
 mod bench;
 mod demo;
 mod info;
-mod out;
 mod record;
 mod recv;
+mod signals;
 mod sim;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -22,7 +26,8 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 pub enum Exit {
     /// Everything asked for was done.
     Ok = 0,
-    /// A runtime error: device, server, socket or file.
+    /// A runtime error: device, server, socket or file, or stdout that
+    /// cannot be written (a full disk, /dev/full).
     Runtime = 1,
     /// A usage error: unknown option, bad or out-of-range value.
     Usage = 2,
@@ -33,6 +38,10 @@ pub enum Exit {
     /// Frames stopped arriving before the requested count (the idle
     /// timeout), or the emulator gave up retrying (its retry timeout).
     Timeout = 5,
+    /// `recv`, `demo`: stopped by SIGINT (128 + 2), after a clean stop.
+    Interrupted = 130,
+    /// `recv`, `demo`: stopped by SIGTERM (128 + 15), after a clean stop.
+    Terminated = 143,
 }
 
 /// Shown under every command's help.
@@ -41,12 +50,14 @@ Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).
 `rocev2 help COMMAND` or `rocev2 COMMAND --help` shows a command's options and defaults.
 
 Exit codes:
-  0  success
-  1  runtime error (device, server, socket, file)
-  2  usage error (unknown option, bad or out-of-range value)
-  3  recv: no frame arrived before --idle-timeout
-  4  verification failed (a frame's bytes, order or channel)
-  5  timeout: fewer frames than --frames arrived, or the emulator ran out of retries
+  0    success
+  1    runtime error (device, server, socket, file, or stdout cannot be written)
+  2    usage error (unknown option, bad or out-of-range value)
+  3    recv: no frame arrived before --idle-timeout
+  4    verification failed (a frame's bytes, order or channel)
+  5    timeout: fewer frames than --frames arrived, or the emulator ran out of retries
+  130  recv, demo: stopped by SIGINT (Ctrl-C), cleanly: the recording whole, the summary printed
+  143  recv, demo: the same for SIGTERM (a second SIGINT or SIGTERM ends the process at once)
   SIGPIPE ends the process quietly when stdout is a pipe closed early (`rocev2 info | head -1`)";
 
 /// A failed command: the message (naming the flag) and the exit code.
@@ -106,27 +117,31 @@ fn version_line() -> String {
     format!("{} (C ABI {})", rocev2::VERSION, rocev2::ABI_VERSION)
 }
 
-/// Restores the default SIGPIPE action, so a closed stdout pipe ends the
-/// process quietly (as for any Unix filter) instead of a panic in `println!`.
-fn default_sigpipe() {
-    // SAFETY: signal(2) with SIG_DFL installs no handler code; it is called
-    // before any thread is started, and the library sends only on UDP and
-    // AF_PACKET sockets, which never raise SIGPIPE.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
 fn command() -> clap::Command {
     // clap wants a &'static str for the version; built once per process.
     let version: &'static str = Box::leak(version_line().into_boxed_str());
     Cli::command().version(version)
 }
 
+/// Ends the process as clap's `Error::exit` does (help and version on
+/// stdout with exit 0, usage errors on stderr with exit 2), except that help
+/// or version that stdout cannot take is a runtime error, as for any command.
+fn clap_exit(e: clap::Error) -> ! {
+    let printed = e.print().and_then(|()| std::io::stdout().lock().flush());
+    let code = match printed {
+        Err(io) if !e.use_stderr() => {
+            errln!("rocev2: error: {}", out::stdout_failed(io).msg);
+            Exit::Runtime as i32
+        }
+        _ => e.exit_code(),
+    };
+    std::process::exit(code)
+}
+
 fn main() -> ExitCode {
-    default_sigpipe();
+    signals::default_sigpipe();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let matches = command().get_matches();
+    let matches = command().try_get_matches().unwrap_or_else(|e| clap_exit(e));
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -139,17 +154,17 @@ fn main() -> ExitCode {
         Cmd::VerbsFpga(a) => ("verbs-fpga", sim::verbs_fpga(a)),
         Cmd::Bench(a) => ("bench", bench::run(a)),
         Cmd::Info => ("info", info::run()),
-        Cmd::Version => {
-            println!("rocev2 {}", version_line());
-            ("version", Ok(Exit::Ok))
-        }
+        Cmd::Version => (
+            "version",
+            outln!("rocev2 {}", version_line()).map(|()| Exit::Ok),
+        ),
     };
     match res {
         Ok(code) => ExitCode::from(code as u8),
         Err(f) => {
-            eprintln!("rocev2 {name}: error: {}", f.msg);
+            errln!("rocev2 {name}: error: {}", f.msg);
             if f.code == Exit::Usage {
-                eprintln!("\nFor more information, try 'rocev2 help {name}'.");
+                errln!("\nFor more information, try 'rocev2 help {name}'.");
             }
             ExitCode::from(f.code as u8)
         }

@@ -53,10 +53,44 @@ pub fn json_line(v: &serde_json::Value) -> String {
     String::from_utf8(buf).expect("serde_json writes UTF-8")
 }
 
+/// One line on stdout, flushed (a reader may be waiting): `outln!(...)?`
+/// where `println!` would panic (exit 101) on a write that fails.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::out::write_line(format_args!($($arg)*))
+    };
+}
+
+/// One line on stderr, best effort: `errln!(...)` where `eprintln!` would
+/// panic. A message stderr cannot take is dropped; the run ends as it would.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::out::note(format_args!($($arg)*))
+    };
+}
+
+/// Writes `line` and a newline on stdout and flushes it. A failed write (a
+/// full disk, /dev/full) is a runtime error naming stdout.
+pub fn write_line(line: std::fmt::Arguments) -> Result<(), Fail> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(stdout_failed)
+}
+
+/// The [`Fail`] of a write to stdout that failed.
+pub fn stdout_failed(e: std::io::Error) -> Fail {
+    Fail::runtime(format!("writing stdout failed: {e}"))
+}
+
+/// Writes `line` and a newline on stderr, ignoring a failure (see `errln!`).
+pub fn note(line: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Prints one JSON line on stdout and flushes it (a reader may be waiting).
-pub fn print_json(v: serde_json::Value) {
-    println!("{}", json_line(&v));
-    let _ = std::io::stdout().flush();
+pub fn print_json(v: serde_json::Value) -> Result<(), Fail> {
+    outln!("{}", json_line(&v))
 }
 
 /// `x` rounded to 3 decimals (rates in the JSON lines).
@@ -68,33 +102,46 @@ pub fn round3(x: f64) -> f64 {
     }
 }
 
-/// A progress bar on stderr when stderr is a terminal; hidden otherwise.
-/// `total` None draws a spinner with the count.
 /// Streams `frames` pattern frames of `shape` from the emulator (a queue of
 /// 64, like the FPGA's ring) with a progress bar on a terminal;
-/// `on_progress(bar, done)` may add a message.
+/// `on_progress(bar, done)` may add a message. With `stop`, the stream goes
+/// in parts of about 16 MiB, each ACKed before the next, and ends early
+/// when `stop()` says so after one. Returns the frames streamed (and ACKed).
 pub fn stream_with_progress(
     emu: &mut FpgaEmulator,
     frames: u64,
     shape: &Shape,
+    stop: Option<&dyn Fn() -> bool>,
     mut on_progress: impl FnMut(&ProgressBar, u64),
-) -> rocev2::Result<()> {
+) -> rocev2::Result<u64> {
+    let part = match stop {
+        Some(_) => (16u64 << 20).div_ceil(shape.size as u64),
+        None => frames,
+    };
     let bar = progress(Some(frames), "frames");
-    let res = emu.stream(
-        frames,
-        shape.size as usize,
-        &shape.channels.0,
-        64,
-        Duration::from_secs(3600),
-        |done| {
-            bar.set_position(done);
-            on_progress(&bar, done);
-        },
-    );
+    let mut sent = 0;
+    let mut res = Ok(());
+    while sent < frames && res.is_ok() && !stop.is_some_and(|stop| stop()) {
+        let n = part.min(frames - sent);
+        res = emu.stream(
+            n,
+            shape.size as usize,
+            &shape.channels.0,
+            64,
+            Duration::from_secs(3600),
+            |done| {
+                bar.set_position(sent + done);
+                on_progress(&bar, sent + done);
+            },
+        );
+        sent += n;
+    }
     bar.finish_and_clear();
-    res
+    res.map(|()| sent)
 }
 
+/// A progress bar on stderr when stderr is a terminal; hidden otherwise.
+/// `total` None draws a spinner with the count.
 pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()

@@ -5,6 +5,7 @@
 use std::io::BufRead;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -19,6 +20,7 @@ use crate::args::{self, num, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX_PAYLOAD}
 use crate::demo::check_slab;
 use crate::out::{self, lib_err, print_json, round3, SERVER_FLAGS};
 use crate::record::RogueWriter;
+use crate::signals;
 use crate::{Exit, Fail, Outcome, AFTER_HELP};
 
 /// A server (soft or verbs): prints host params as JSON, counts / verifies / records frames
@@ -29,7 +31,8 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 /// emulator's pattern (--verify), records them (--out) and prints one JSON
 /// summary line (frames, bytes, verify_errors, seconds, gbit_per_s,
 /// frames_per_s, rnr_naks, seq_naks, ...). The rate is measured from the
-/// first to the last frame.
+/// first to the last frame. SIGINT or SIGTERM stops it cleanly: the frames
+/// taken so far recorded whole, the summary printed, exit 130 or 143.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct RecvArgs {
@@ -99,6 +102,7 @@ pub struct RecvArgs {
 }
 
 pub fn run(a: RecvArgs) -> Outcome {
+    signals::catch_stop_signals()?;
     check_slab(a.max_payload, a.depth, "--max-payload")?;
     if let Some(cpu) = a.cpu {
         check_cpu(cpu)?;
@@ -144,22 +148,28 @@ pub fn run(a: RecvArgs) -> Outcome {
     print_json(json!({
         "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
         "mr_len": hp.mr_len, "mr_rkey": hp.mr_rkey, "gid": hp.gid.to_string(), "udp_port": hp.udp_port,
-    }));
+    }))?;
     let fpga_qpn = match a.fpga_qpn {
-        QpnArg::Qpn(q) => q,
+        QpnArg::Qpn(q) => Some(q),
         QpnArg::Stdin => qpn_from_stdin()?,
     };
-    let psn = a.fpga_psn.unwrap_or(hp.sq_psn);
-    let params = ConnectParams::new(fpga_qpn, psn, a.pmtu, a.rnr).map_err(&e)?;
-    server.set_fpga_gid(a.fpga_ip).map_err(&e)?;
-    server.complete_connection(&params).map_err(&e)?;
-    eprintln!(
-        "rocev2 recv: connected to FPGA {} QP {fpga_qpn:#x}; waiting for frames",
-        a.fpga_ip
-            .ipv4()
-            .map_or(a.fpga_ip.to_string(), |ip| ip.to_string())
-    );
-    let t = receive(&server, &a, &mut rec)?;
+    let t = match fpga_qpn {
+        Some(q) => {
+            let psn = a.fpga_psn.unwrap_or(hp.sq_psn);
+            let params = ConnectParams::new(q, psn, a.pmtu, a.rnr).map_err(&e)?;
+            server.set_fpga_gid(a.fpga_ip).map_err(&e)?;
+            server.complete_connection(&params).map_err(&e)?;
+            errln!(
+                "rocev2 recv: connected to FPGA {} QP {q:#x}; waiting for frames",
+                a.fpga_ip
+                    .ipv4()
+                    .map_or(a.fpga_ip.to_string(), |ip| ip.to_string())
+            );
+            receive(&server, &a, &mut rec)?
+        }
+        // A stop signal came before the QP number.
+        None => Tally::default(),
+    };
     if a.frames.is_some_and(|n| t.frames >= n) {
         linger(&server);
     }
@@ -167,6 +177,9 @@ pub fn run(a: RecvArgs) -> Outcome {
     let cause = server.end_cause();
     server.stop();
     summary(&t, &s, cause, rec)?;
+    if let Some(stop) = signals::caught() {
+        return Ok(stop.exit());
+    }
     Ok(if t.bad > 0 {
         Exit::Verify
     } else if t.frames == 0 {
@@ -178,19 +191,38 @@ pub fn run(a: RecvArgs) -> Outcome {
     })
 }
 
-/// `--fpga-qpn -`: one line from stdin.
-fn qpn_from_stdin() -> Result<u32, Fail> {
-    let mut line = String::new();
-    let n = std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .map_err(|e| Fail::runtime(format!("--fpga-qpn -: reading stdin failed: {e}")))?;
+/// `--fpga-qpn -`: one line from stdin; `None` when a stop signal comes
+/// first. (The line is read by a thread of its own, as a read of stdin does
+/// not end for a signal; the process ends without waiting for it.)
+fn qpn_from_stdin() -> Result<Option<u32>, Fail> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let n = std::io::stdin().lock().read_line(&mut line);
+        let _ = tx.send(n.map(|n| (n, line)));
+    });
+    let (n, line) = loop {
+        match rx.recv_timeout(signals::CHECK_EVERY) {
+            Ok(read) => {
+                break read.map_err(|e| {
+                    Fail::runtime(format!("--fpga-qpn -: reading stdin failed: {e}"))
+                })?
+            }
+            Err(_) if signals::caught().is_some() => return Ok(None),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Fail::runtime("--fpga-qpn -: the stdin reader ended"))
+            }
+        }
+    };
     if n == 0 {
         return Err(Fail::usage(
             "--fpga-qpn -: stdin ended before a QP number arrived",
         ));
     }
-    args::qpn24(&line).map_err(|why| Fail::usage(format!("--fpga-qpn - (read from stdin): {why}")))
+    args::qpn24(&line)
+        .map(Some)
+        .map_err(|why| Fail::usage(format!("--fpga-qpn - (read from stdin): {why}")))
 }
 
 /// What the receive loop saw.
@@ -300,7 +332,7 @@ impl Ticker {
 /// once would leave it retrying until it gives up.
 fn linger(server: &Server) {
     let end = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < end {
+    while Instant::now() < end && signals::caught().is_none() {
         if server
             .stats()
             .since_last_packet
@@ -318,12 +350,32 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
     let bar = out::progress(a.frames, "frames");
     let mut ticker = a.stats_interval.map(Ticker::new);
     let mut t = Tally::default();
+    let mut take = |t: &mut Tally, f: Frame| -> Result<(), Fail> {
+        t.add(&f, a.verify);
+        if let Some(w) = rec.as_mut() {
+            w.write(f.channel(), f.data()).map_err(Fail::runtime)?;
+        }
+        bar.inc(1);
+        Ok(())
+    };
     let mut active = Instant::now();
     while t.frames < want {
+        if let Some(stop) = signals::caught() {
+            // The frames the server holds were ACKed to the FPGA: they go
+            // into the tally and the recording too (a queue's worth at most).
+            for _ in t.frames..want.min(t.frames + u64::from(a.depth)) {
+                match server.poll_frame(Some(Duration::ZERO)) {
+                    Ok(Some(f)) => take(&mut t, f)?,
+                    _ => break,
+                }
+            }
+            bar.suspend(|| errln!("rocev2 recv: {stop}; stopping"));
+            break;
+        }
         let now = Instant::now();
         let idle_left = idle.saturating_sub(now - active);
         if idle_left.is_zero() {
-            bar.suspend(|| eprintln!("rocev2 recv: no frame for {idle:?}; stopping"));
+            bar.suspend(|| errln!("rocev2 recv: no frame for {idle:?}; stopping"));
             break;
         }
         let wait = match &ticker {
@@ -331,24 +383,20 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
             None => idle_left,
         };
         if let Some(f) = server
-            .poll_frame(Some(wait))
+            .poll_frame(Some(wait.min(signals::CHECK_EVERY)))
             .map_err(lib_err(SERVER_FLAGS))?
         {
-            t.add(&f, a.verify);
-            if let Some(w) = rec.as_mut() {
-                w.write(f.channel(), f.data()).map_err(Fail::runtime)?;
-            }
+            take(&mut t, f)?;
             active = Instant::now();
-            bar.inc(1);
         }
         if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
             let line = tk.line(&t, &server.stats());
-            bar.suspend(|| eprintln!("{line}"));
+            bar.suspend(|| errln!("{line}"));
         }
     }
     bar.finish_and_clear();
     if let Some(e) = &t.first_error {
-        eprintln!(
+        errln!(
             "rocev2 recv: verify: {} frames failed; the first: {e}",
             t.bad
         );
@@ -377,7 +425,7 @@ fn summary(
         v["recorded_skipped_empty"] = json!(w.skipped_empty);
         w.finish().map_err(Fail::runtime)?;
     }
-    print_json(v);
+    print_json(v)?;
     Ok(())
 }
 

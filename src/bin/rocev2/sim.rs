@@ -45,7 +45,7 @@ pub struct FpgaSimArgs {
     shape: Shape,
     #[command(flatten)]
     faults: FaultArgs,
-    /// Local ACK timeout code: 4.096 us x 2^code (14 = 67 ms, surf's default)
+    /// Local ACK timeout code: 4.096 us x 2^code (14 = 67 ms, surf's default); 0 = never time out (infinite, as in IB): lost last packets are then never resent and the stream waits forever
     #[arg(long, value_name = "0..31", default_value = "14", value_parser = num::<u8>(0, 31))]
     timeout_code: u8,
     /// Messages un-ACKed at most (surf's engine: 4; deeper engines more)
@@ -89,7 +89,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.rate = a.rate.map(|r| r as f64);
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
-    eprintln!(
+    errln!(
         "rocev2 fpga-sim: {} QP {:#x} -> {} QP {:#x} from PSN {:#x}{}",
         emu.local_addr(),
         emu.qpn(),
@@ -99,7 +99,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         a.faults.suffix("; ")
     );
     let t0 = Instant::now();
-    let res = out::stream_with_progress(&mut emu, a.frames, &a.shape, |_, _| ());
+    let res = out::stream_with_progress(&mut emu, a.frames, &a.shape, None, |_, _| ());
     res.map_err(out::emulator_err(FLAGS))?;
     let r = Rate::of(a.frames, a.frames * a.shape.size as u64, t0.elapsed());
     let s = emu.stats();
@@ -107,7 +107,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         "frames": a.frames, "gbit_per_s": round3(r.gbit), "retransmits": s.requester.retransmits,
         "rnr_naks": s.requester.rnr_naks, "seq_naks": s.requester.seq_naks,
         "timeouts": s.requester.timeouts, "restarts": s.restarts,
-    }));
+    }))?;
     Ok(Exit::Ok)
 }
 
@@ -169,7 +169,7 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     let mut req = VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.shape.size as usize)
         .map_err(&e)?;
     let gid = req.gid().map_err(&e)?;
-    print_json(json!({"qpn": req.qpn(), "gid": gid.to_string()}));
+    print_json(json!({"qpn": req.qpn(), "gid": gid.to_string()}))?;
     let mut line = String::new();
     std::io::stdin()
         .read_line(&mut line)
@@ -189,6 +189,6 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     print_json(json!({
         "frames": st.frames, "gbit_per_s": round3(st.bytes as f64 * 8.0 / st.seconds / 1e9),
         "frames_per_s": (st.frames as f64 / st.seconds).round(),
-    }));
+    }))?;
     Ok(Exit::Ok)
 }
