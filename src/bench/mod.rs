@@ -335,6 +335,56 @@ impl Link {
     }
 }
 
+/// Several links' run.
+#[derive(Debug, Clone)]
+pub struct Links {
+    /// All links' frames over the time until the last of them arrived.
+    pub rate: Rate,
+    /// Each link's figures over its own time; the servers' threads' CPU
+    /// time (read for all of them together) split evenly among the links.
+    pub each: Vec<E2e>,
+}
+
+/// `links` soft servers in this process, each fed by its own emulator (on a
+/// thread of its own) as `s` says, all at once: the emulators' threads on
+/// CPU 0, the servers' on CPU 1 (with `s.pin`, when there are two).
+pub fn soft_links(s: E2eSetup, links: usize) -> Result<Links> {
+    let pin = s.pin && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let mut all = (0..links.max(1))
+        .map(|_| Link::new(&s, pin.then_some(1)))
+        .collect::<Result<Vec<_>>>()?;
+    let cpu0 = thread_cpu_ns(SERVER_THREAD);
+    let t0 = Instant::now();
+    let runs = std::thread::scope(|scope| {
+        let threads: Vec<_> = all
+            .iter_mut()
+            .map(|link| {
+                scope.spawn(move || {
+                    let _pinned = pin_to(0, pin);
+                    let cpu = link.stream(&s)?;
+                    Ok((t0.elapsed(), cpu))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("emulator thread"))
+            .collect::<Result<Vec<(Duration, u64)>>>()
+    })?;
+    let elapsed = t0.elapsed();
+    let cpu = thread_cpu_ns(SERVER_THREAD).saturating_sub(cpu0) / all.len() as u64;
+    let n: u64 = all.iter().map(|l| l.count.load(Ordering::Relaxed)).sum();
+    let each: Vec<E2e> = all
+        .into_iter()
+        .zip(runs)
+        .map(|(link, (took, emu_cpu))| link.figures(s.size, took, cpu, emu_cpu))
+        .collect();
+    Ok(Links {
+        rate: Rate::of(n, n * s.size as u64, elapsed),
+        each,
+    })
+}
+
 /// CPU time (ns) so far of the calling thread.
 fn own_cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")
@@ -434,5 +484,17 @@ mod tests {
         // An ACK frees at most the window's 4 messages, and the server ACKs
         // a receive batch once: at most one ACK per frame.
         assert!((0.25..=1.0).contains(&e.acks_per_frame), "{e:?}");
+    }
+
+    #[test]
+    fn links_at_surfs_window_each_deliver_all_their_frames() {
+        let l = super::soft_links(super::E2eSetup::surf(1024, 2000, 4), 2).unwrap();
+        assert_eq!(l.each.len(), 2);
+        assert!(l.rate.per_sec > 0.0);
+        for e in &l.each {
+            assert!(e.rate.per_sec > 0.0);
+            // An ACK frees at most the window's 4 messages.
+            assert!(e.acks_per_frame >= 0.25, "{e:?}");
+        }
     }
 }

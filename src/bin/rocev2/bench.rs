@@ -15,7 +15,8 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 ///
 /// First the regime an FPGA puts the host in: surf's engine (a window of 4
 /// or 16 messages, one packet per datagram, the ACK busy-polled for) at 1/4/8
-/// KiB against plain UDP with the same window. Then the host's capacity: the loopback UDP ceilings
+/// KiB against plain UDP with the same window, and four such links on one
+/// host against one. Then the host's capacity: the loopback UDP ceilings
 /// (plain recvmmsg, GSO into GRO), soft end-to-end at 1/4/8 KiB with a
 /// 256-message window and GSO bursts (a NIC's GRO modelled) against the
 /// recvmmsg ceiling (and with every received ICRC checked against the
@@ -34,7 +35,7 @@ pub struct BenchArgs {
     /// Messages the emulator keeps un-ACKed in the end-to-end and paced
     /// rows: as many as the host has slots (256), so the rows measure the
     /// host, not a sender waiting for ACKs (surf fc56630's engine keeps 4:
-    /// the surf and ACK rows use surf's windows whatever this says)
+    /// the surf, links and ACK rows use surf's windows whatever this says)
     #[arg(long, value_name = "MESSAGES", default_value = "256", value_parser = num::<usize>(1, 1024))]
     window: usize,
     /// Which rows (default: all)
@@ -47,6 +48,8 @@ pub struct BenchArgs {
 enum Row {
     /// surf's engine: windows of 4 and 16 messages, 1/4/8 KiB, one packet per datagram, the ACK busy-polled for, vs plain UDP with the same window
     Surf,
+    /// 4 links on one host, each as surf's window 4 at 4 KiB, vs one link (a report, no goal)
+    Links,
     /// UDP ceilings: plain recvmmsg and GSO into GRO
     Ceilings,
     /// soft end-to-end at 1/4/8 KiB vs the recvmmsg ceiling
@@ -123,6 +126,7 @@ pub fn run(a: BenchArgs) -> Outcome {
         }
         match r {
             Row::Surf => surf_rows(a.frames, secs)?,
+            Row::Links => links_row(a.frames)?,
             Row::Ceilings => ceilings(secs)?,
             Row::E2e => e2e_rows(a.frames, secs, a.window)?,
             Row::IcrcE2e => icrc_e2e_rows(a.frames, a.window)?,
@@ -142,6 +146,7 @@ fn regime_of(r: Row, window: usize) -> String {
                       datagram, the emulator busy-polling for each ACK; the host's ACK \
                       turnaround sets the rate"
             .into(),
+        Row::Links => "several surf links on one host (a report, no goal)".into(),
         Row::Ceilings => "the kernel's UDP ceilings over loopback".into(),
         Row::E2e | Row::IcrcE2e => format!(
             "the host's capacity, a NIC's GRO modelled by GSO: a {window}-message window, \
@@ -255,6 +260,48 @@ fn surf_rows(frames: u64, secs: Duration) -> Result<(), Fail> {
         note(&waits_line(&e2e));
         note(&server_line(&e2e));
     }
+    Ok(())
+}
+
+fn links_row(frames: u64) -> Result<(), Fail> {
+    const LINKS: usize = 4;
+    let e = lib_err(&[]);
+    let s = E2eSetup::surf(4096, frames, 4);
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let many = soft_links(s, LINKS).map_err(&e)?;
+        let one = soft_links(s, 1).map_err(&e)?;
+        runs.push((many.rate.per_sec / one.rate.per_sec, many, one));
+    }
+    let (ratio, mid) = median_run(&runs);
+    let cpu = |l: &Links| l.each.iter().map(|e| e.cpu).sum::<f64>() / l.each.len() as f64 * 100.0;
+    row(
+        &format!("{LINKS} links, surf window 4, 4096 B"),
+        &format!(
+            "{:.0} f/s, {:.0}% CPU/link",
+            mid.1.rate.per_sec,
+            cpu(&mid.1)
+        ),
+        &format!(
+            "1 link: {:.0} f/s, {:.0}% CPU",
+            mid.2.rate.per_sec,
+            cpu(&mid.2)
+        ),
+        ratio,
+        "",
+    );
+    let per_link = mmm(runs
+        .iter()
+        .flat_map(|r| r.1.each.iter().map(|e| e.rate.per_sec))
+        .collect());
+    note(&format!(
+        "aggregate frames/s against one link alone, CPU the servers' receive threads' share of a \
+         core; a link's frames/s {:.0}/{:.0}/{:.0} (min/median/max over links and runs); all servers' \
+         threads on CPU 1, all emulators on CPU 0",
+        per_link.0, per_link.1, per_link.2
+    ));
+    let all: Vec<E2e> = runs.iter().flat_map(|r| r.1.each.iter().copied()).collect();
+    note(&server_line(&all));
     Ok(())
 }
 
