@@ -81,6 +81,7 @@ fn every_command_has_help_with_defaults() {
     }
     let help = text(&run(&["fpga-sim", "--help"]).stdout);
     assert!(help.contains("[default: 127.0.0.1:4791]"), "{help}");
+    assert!(help.contains("--busy-wait"), "{help}");
     // Every command is listed at the top level; no command exits 2.
     let top = run(&["--help"]);
     assert!(top.status.success());
@@ -167,17 +168,11 @@ fn values_are_typed_and_range_checked() {
         &["recv", "--fpga-ip", "10.0.0", "--fpga-qpn", "1"],
         &["--fpga-ip", "not an IPv4 address"],
     );
+    let sim = ["fpga-sim", "--host-qpn", "1", "--psn", "1"];
+    usage_error(&[&sim[..], &["--host", "1.2.3.4"]].concat(), &["--host"]);
     usage_error(
-        &[
-            "fpga-sim",
-            "--host-qpn",
-            "1",
-            "--psn",
-            "1",
-            "--host",
-            "1.2.3.4",
-        ],
-        &["--host"],
+        &[&sim[..], &["--busy-wait", "--gso"]].concat(),
+        &["--busy-wait", "--gso"],
     );
     usage_error(&["bench", "--seconds", "nan"], &["--seconds"]);
     // Hex is accepted where numbers are.
@@ -516,6 +511,23 @@ fn a_restarted_fpga_is_detected_and_its_new_stream_delivered() {
     assert_eq!(
         (&sum["frames"], &sum["verify_errors"], &sum["peer_restarts"]),
         (&json!(3000), &json!(0), &json!(2)),
+        "{sum}"
+    );
+}
+
+/// `fpga-sim --busy-wait` (surf's window of 4, the ACK busy-polled for):
+/// every frame arrives, verified.
+#[test]
+fn a_busy_waiting_fpga_sim_streams_every_frame_verified() {
+    let (child, out, params) = recv(&["--frames", "3000", "--verify", "--idle-timeout", "20"]);
+    let o = fpga_sim(&params, 3000, 4096, "0,1", &["--busy-wait"]);
+    let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(sim["frames"], 3000, "{sim}");
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(code, 0, "{sum} {err}");
+    assert_eq!(
+        (&sum["frames"], &sum["verify_errors"]),
+        (&json!(3000), &json!(0)),
         "{sum}"
     );
 }

@@ -24,6 +24,15 @@ fn soft_device() -> Device {
 }
 
 fn setup(depth: u32, max_payload: u32, faults: Faults) -> (Server, FpgaEmulator) {
+    setup_with(depth, max_payload, |c| c.faults = faults)
+}
+
+/// [`setup`] with the emulator's config changed by `tweak`.
+fn setup_with(
+    depth: u32,
+    max_payload: u32,
+    tweak: impl FnOnce(&mut EmulatorConfig),
+) -> (Server, FpgaEmulator) {
     let server = Server::create(
         &soft_device(),
         &ServerConfig {
@@ -35,8 +44,8 @@ fn setup(depth: u32, max_payload: u32, faults: Faults) -> (Server, FpgaEmulator)
     )
     .unwrap();
     let mut ecfg = EmulatorConfig::for_server(&server.host_params()).unwrap();
-    ecfg.faults = faults;
     ecfg.timeout_code = 12; // 16 ms: keeps fault recovery quick on loopback
+    tweak(&mut ecfg);
     let emu = FpgaEmulator::new(ecfg).unwrap();
     server.set_fpga_gid(emu.gid()).unwrap();
     (server, emu)
@@ -108,6 +117,43 @@ fn clean_stream_of_multi_packet_frames() {
     assert_eq!(s.soft().payload_direct + s.soft().payload_copied, 3 * 3000);
     assert!(s.soft().payload_direct > 0, "{s:?}");
     assert_eq!(emu.stats().requester.acked, 3000);
+}
+
+/// The engine's way of waiting for ACKs: with its window full (surf's 4 and
+/// 16 messages) the emulator busy-polls its socket, never sleeping, and sends
+/// one packet per datagram; single- and two-packet frames all arrive, in
+/// order, byte-exact, on their channels.
+#[test]
+fn a_busy_waiting_emulator_at_surfs_windows_delivers_every_frame_verified() {
+    static CH: [u8; 2] = [3, 4];
+    const N: u64 = 5000;
+    for (window, size) in [(4usize, 4096usize), (16, 1024), (4, 8192)] {
+        let (server, mut emu) = setup_with(64, size as u32, |c| {
+            c.busy_wait = true;
+            c.window = window;
+        });
+        let (cb, err, count) = checker(&CH);
+        server.set_frame_callback(cb).unwrap();
+        connect(&server, &emu, 1);
+        emu.stream(N, size, &CH, 64, Duration::from_secs(120), |_| {})
+            .unwrap();
+        wait_for(&count, N);
+        assert_eq!(*err.lock().unwrap(), None, "window {window}, {size} B");
+        assert_eq!(count.load(Ordering::SeqCst), N);
+        let s = server.stats();
+        assert_eq!((s.frames, s.bytes), (N, N * size as u64));
+        assert_eq!(emu.stats().requester.acked, N);
+        // Each message ends with an AckReq, and the server never has more
+        // than the window's messages to ACK at once: at least one ACK per
+        // window of messages.
+        assert!(s.soft().acks_tx >= N / window as u64, "{s:?}");
+    }
+    // GSO is what busy-waiting is not (one packet per datagram): refused.
+    let lo = |port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+    let mut c = EmulatorConfig::new(lo(0), lo(4791), 1, 0);
+    (c.busy_wait, c.gso) = (true, true);
+    let e = FpgaEmulator::new(c).err().unwrap();
+    assert!(e.message().contains("gso"), "{e}");
 }
 
 #[test]

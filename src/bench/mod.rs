@@ -7,12 +7,15 @@
 //! protocol work.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::net::UdpIo;
+
+mod window;
+pub use window::udp_window;
 
 /// Server-core cost per frame (completion -> loan -> callback -> release
 /// -> batched re-post) with an in-memory completion source, in ns.
@@ -160,6 +163,11 @@ pub struct E2eSetup {
     /// a 2-CPU host it now and then stacks both on one CPU (the other
     /// idle) and that run is 2-5 times slower.
     pub pin: bool,
+    /// The emulator waits for ACKs as surf's engine does, busy-polling its
+    /// socket with its window full, and sends one packet per datagram, as
+    /// through a NIC; off, it sends bursts as UDP GSO datagrams (a NIC's
+    /// GRO modelled) and sleeps in poll() for ACKs.
+    pub busy_wait: bool,
 }
 
 impl E2eSetup {
@@ -178,102 +186,202 @@ impl E2eSetup {
             rate: None,
             spin_us: None,
             pin: true,
+            busy_wait: false,
+        }
+    }
+
+    /// `frames` frames of `size` bytes as surf's engine sends them through a
+    /// NIC: a `window` of 4 or 16 messages, one packet per datagram, the ACK
+    /// busy-polled for; the rest as [`E2eSetup::new`].
+    pub fn surf(size: usize, frames: u64, window: usize) -> E2eSetup {
+        E2eSetup {
+            window,
+            busy_wait: true,
+            ..E2eSetup::new(size, frames)
         }
     }
 }
+
+/// The server's receive thread's name.
+const SERVER_THREAD: &str = "RoCEv2Server";
 
 /// Frames through the whole soft path in this process: the FPGA emulator ->
 /// loopback UDP -> responder -> slab -> loan -> counting callback -> release
 /// -> re-post, with ICRC on every packet sent and every ACK.
 pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
-    use crate::config::{ConnectParams, ServerConfig, SoftConfig};
-    use crate::emulator::{EmulatorConfig, FpgaEmulator};
-    use crate::{Device, Server};
-    use std::sync::atomic::AtomicU64;
-    let pin = s.pin && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    let _pinned = match pin.then(|| crate::sys::PinnedThread::pin(0)) {
-        Some(Err(e)) => {
-            log::info!("bench: threads left unpinned: {e}");
-            None
-        }
-        p => p.and_then(|p| p.ok()),
-    };
-    let server = Server::create(
-        &Device::open(
-            &SoftConfig {
-                icrc_check: s.icrc,
-                ..SoftConfig::ephemeral("127.0.0.1")
-            }
-            .into(),
-        )?,
-        &ServerConfig {
-            max_payload: s.size as u32,
-            rx_queue_depth: s.depth,
-            spin_us: s.spin_us.unwrap_or(ServerConfig::default().spin_us),
-            cpu_affinity: _pinned.is_some().then_some(1),
-            ..Default::default()
-        },
-    )?;
-    let hp = server.host_params();
-    let mut ecfg = EmulatorConfig::for_server(&hp)?;
-    ecfg.pmtu = s.pmtu;
-    ecfg.window = s.window;
-    ecfg.rate = s.rate;
-    // Bursts as UDP GSO datagrams, merged for the server by GRO: what a
-    // NIC hands a host from a fast link.
-    ecfg.gso = true;
-    let mut emu = FpgaEmulator::new(ecfg)?;
-    server.set_fpga_gid(emu.gid())?;
-    let count = Arc::new(AtomicU64::new(0));
-    let c2 = count.clone();
-    server.set_frame_callback(move |f| {
-        c2.fetch_add(1, Ordering::Relaxed);
-        drop(f);
-    })?;
-    server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, s.pmtu.code(), 1)?)?;
-    let template = crate::emulator::pattern::make(0, s.size);
-    let cpu0 = thread_cpu_ns("RoCEv2Server");
-    let emu0 = own_cpu_ns();
+    let pinned = pin_to(0, s.pin);
+    let mut link = Link::new(&s, pinned.is_some().then_some(1))?;
+    let cpu0 = thread_cpu_ns(SERVER_THREAD);
     let t0 = Instant::now();
-    emu.stream_into(
-        s.frames,
-        // A recycled buffer already holds the template (every frame of this
-        // stream carries it): only a new one is filled.
-        |_, buf| {
-            if buf.len() != template.len() {
-                buf.clear();
-                buf.extend_from_slice(&template);
-            }
-        },
-        &[0],
-        s.depth as usize * 2,
-        Duration::from_secs(600),
-        |_| {},
-    )?;
-    while count.load(Ordering::Relaxed) < s.frames && t0.elapsed() < Duration::from_secs(600) {
-        std::thread::yield_now();
-    }
+    let emu_cpu = link.stream(&s)?;
     let elapsed = t0.elapsed();
-    let cpu = thread_cpu_ns("RoCEv2Server").saturating_sub(cpu0);
-    let emu_cpu = own_cpu_ns().saturating_sub(emu0);
-    let n = count.load(Ordering::Relaxed);
-    let st = server.stats();
-    let soft = st.soft();
-    let es = emu.stats();
-    server.stop();
-    let per = |x: u64| x as f64 / n.max(1) as f64;
-    Ok(E2e {
+    let cpu = thread_cpu_ns(SERVER_THREAD).saturating_sub(cpu0);
+    Ok(link.figures(s.size, elapsed, cpu, emu_cpu))
+}
+
+/// The calling thread pinned to `cpu` while the guard lives, when `want`
+/// and the host has two CPUs; None (logged) when it cannot be.
+fn pin_to(cpu: u32, want: bool) -> Option<crate::sys::PinnedThread> {
+    if !want || std::thread::available_parallelism().map_or(true, |n| n.get() < 2) {
+        return None;
+    }
+    crate::sys::PinnedThread::pin(cpu)
+        .map_err(|e| log::info!("bench: threads left unpinned: {e}"))
+        .ok()
+}
+
+/// A soft server on loopback connected to an FPGA emulator of its own,
+/// its consumer counting frames.
+struct Link {
+    server: crate::Server,
+    emu: crate::emulator::FpgaEmulator,
+    count: Arc<AtomicU64>,
+}
+
+impl Link {
+    /// The server (its receive thread on `cpu`) and the emulator for `s`.
+    fn new(s: &E2eSetup, cpu: Option<u32>) -> Result<Link> {
+        use crate::config::{ConnectParams, ServerConfig, SoftConfig};
+        use crate::emulator::{EmulatorConfig, FpgaEmulator};
+        let soft = SoftConfig {
+            icrc_check: s.icrc,
+            ..SoftConfig::ephemeral("127.0.0.1")
+        };
+        let server = crate::Server::create(
+            &crate::Device::open(&soft.into())?,
+            &ServerConfig {
+                max_payload: s.size as u32,
+                rx_queue_depth: s.depth,
+                spin_us: s.spin_us.unwrap_or(ServerConfig::default().spin_us),
+                cpu_affinity: cpu,
+                ..Default::default()
+            },
+        )?;
+        let hp = server.host_params();
+        let mut ecfg = EmulatorConfig::for_server(&hp)?;
+        ecfg.pmtu = s.pmtu;
+        ecfg.window = s.window;
+        ecfg.rate = s.rate;
+        // Busy-waiting: one packet per datagram, as through a NIC. Else
+        // bursts as UDP GSO datagrams, merged for the server by GRO: what a
+        // NIC hands a host from a fast link.
+        ecfg.busy_wait = s.busy_wait;
+        ecfg.gso = !s.busy_wait;
+        let emu = FpgaEmulator::new(ecfg)?;
+        server.set_fpga_gid(emu.gid())?;
+        let count = Arc::new(AtomicU64::new(0));
+        let c2 = count.clone();
+        server.set_frame_callback(move |f| {
+            c2.fetch_add(1, Ordering::Relaxed);
+            drop(f);
+        })?;
+        let pmtu = s.pmtu.code();
+        server.complete_connection(&ConnectParams::new(emu.qpn(), hp.sq_psn, pmtu, 1)?)?;
+        Ok(Link { server, emu, count })
+    }
+
+    /// Streams `s.frames` frames and waits until the consumer has them all;
+    /// returns the calling thread's (the emulator's) CPU time, ns.
+    fn stream(&mut self, s: &E2eSetup) -> Result<u64> {
+        let template = crate::emulator::pattern::make(0, s.size);
+        let emu0 = own_cpu_ns();
+        let t0 = Instant::now();
+        self.emu.stream_into(
+            s.frames,
+            // A recycled buffer already holds the template (every frame of
+            // this stream carries it): only a new one is filled.
+            |_, buf| {
+                if buf.len() != template.len() {
+                    buf.clear();
+                    buf.extend_from_slice(&template);
+                }
+            },
+            &[0],
+            s.depth as usize * 2,
+            Duration::from_secs(600),
+            |_| {},
+        )?;
+        while self.count.load(Ordering::Relaxed) < s.frames
+            && t0.elapsed() < Duration::from_secs(600)
+        {
+            std::thread::yield_now();
+        }
+        Ok(own_cpu_ns().saturating_sub(emu0))
+    }
+
+    /// The figures of a run of `elapsed` of `size`-byte frames in which the
+    /// server's thread used `cpu` ns and the emulator `emu_cpu`; stops the
+    /// server.
+    fn figures(self, size: usize, elapsed: Duration, cpu: u64, emu_cpu: u64) -> E2e {
+        let n = self.count.load(Ordering::Relaxed);
+        let st = self.server.stats();
+        let soft = st.soft();
+        let es = self.emu.stats();
+        self.server.stop();
+        let per = |x: u64| x as f64 / n.max(1) as f64;
+        E2e {
+            rate: Rate::of(n, n * size as u64, elapsed),
+            acks_per_frame: per(soft.packets_tx),
+            copied_per_frame: per(soft.payload_copied),
+            retransmits: es.requester.retransmits,
+            naks: soft.seq_naks_tx + soft.rnr_naks_tx,
+            socket_drops: soft.socket_drops,
+            busy_ns_per_frame: per(cpu),
+            cpu: cpu as f64 / elapsed.as_nanos().max(1) as f64,
+            emulator_ns_per_frame: per(emu_cpu),
+            parks_per_frame: per(st.parks),
+            naps_per_frame: per(st.naps),
+        }
+    }
+}
+
+/// Several links' run.
+#[derive(Debug, Clone)]
+pub struct Links {
+    /// All links' frames over the time until the last of them arrived.
+    pub rate: Rate,
+    /// Each link's figures over its own time; the servers' threads' CPU
+    /// time (read for all of them together) split evenly among the links.
+    pub each: Vec<E2e>,
+}
+
+/// `links` soft servers in this process, each fed by its own emulator (on a
+/// thread of its own) as `s` says, all at once: the emulators' threads on
+/// CPU 0, the servers' on CPU 1 (with `s.pin`, when there are two).
+pub fn soft_links(s: E2eSetup, links: usize) -> Result<Links> {
+    let pin = s.pin && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let mut all = (0..links.max(1))
+        .map(|_| Link::new(&s, pin.then_some(1)))
+        .collect::<Result<Vec<_>>>()?;
+    let cpu0 = thread_cpu_ns(SERVER_THREAD);
+    let t0 = Instant::now();
+    let runs = std::thread::scope(|scope| {
+        let threads: Vec<_> = all
+            .iter_mut()
+            .map(|link| {
+                scope.spawn(move || {
+                    let _pinned = pin_to(0, pin);
+                    let cpu = link.stream(&s)?;
+                    Ok((t0.elapsed(), cpu))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("emulator thread"))
+            .collect::<Result<Vec<(Duration, u64)>>>()
+    })?;
+    let elapsed = t0.elapsed();
+    let cpu = thread_cpu_ns(SERVER_THREAD).saturating_sub(cpu0) / all.len() as u64;
+    let n: u64 = all.iter().map(|l| l.count.load(Ordering::Relaxed)).sum();
+    let each: Vec<E2e> = all
+        .into_iter()
+        .zip(runs)
+        .map(|(link, (took, emu_cpu))| link.figures(s.size, took, cpu, emu_cpu))
+        .collect();
+    Ok(Links {
         rate: Rate::of(n, n * s.size as u64, elapsed),
-        acks_per_frame: per(soft.packets_tx),
-        copied_per_frame: per(soft.payload_copied),
-        retransmits: es.requester.retransmits,
-        naks: soft.seq_naks_tx + soft.rnr_naks_tx,
-        socket_drops: soft.socket_drops,
-        busy_ns_per_frame: per(cpu),
-        cpu: cpu as f64 / elapsed.as_nanos().max(1) as f64,
-        emulator_ns_per_frame: per(emu_cpu),
-        parks_per_frame: per(st.parks),
-        naps_per_frame: per(st.naps),
+        each,
     })
 }
 
@@ -367,5 +475,26 @@ mod tests {
             "the receive thread's CPU time is read"
         );
         assert!(e.acks_per_frame > 0.0 && e.acks_per_frame <= 1.0, "{e:?}");
+    }
+
+    #[test]
+    fn a_surf_run_acks_at_least_once_per_window() {
+        let e = super::soft_end_to_end(super::E2eSetup::surf(1024, 2000, 4)).unwrap();
+        assert!(e.rate.per_sec > 0.0);
+        // An ACK frees at most the window's 4 messages, and the server ACKs
+        // a receive batch once: at most one ACK per frame.
+        assert!((0.25..=1.0).contains(&e.acks_per_frame), "{e:?}");
+    }
+
+    #[test]
+    fn links_at_surfs_window_each_deliver_all_their_frames() {
+        let l = super::soft_links(super::E2eSetup::surf(1024, 2000, 4), 2).unwrap();
+        assert_eq!(l.each.len(), 2);
+        assert!(l.rate.per_sec > 0.0);
+        for e in &l.each {
+            assert!(e.rate.per_sec > 0.0);
+            // An ACK frees at most the window's 4 messages.
+            assert!(e.acks_per_frame >= 0.25, "{e:?}");
+        }
     }
 }

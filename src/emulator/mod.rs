@@ -110,6 +110,13 @@ pub struct EmulatorConfig {
     /// against 175k frames/s). Falls back to one packet per datagram,
     /// logged, where the route cannot segment.
     pub gso: bool,
+    /// Wait for ACKs as the engine does: with its window full it never
+    /// sleeps but busy-polls its (non-blocking) socket, yielding its CPU now
+    /// and then, until an ACK comes or the retransmit timer is due. Off, it
+    /// blocks in poll() and each round trip pays a wake-up the FPGA never
+    /// has. Sends one packet per datagram, as through a NIC (`gso` must be
+    /// off).
+    pub busy_wait: bool,
 }
 
 impl EmulatorConfig {
@@ -147,6 +154,7 @@ impl EmulatorConfig {
             first_seq: 0,
             rate: None,
             gso: false,
+            busy_wait: false,
         }
     }
 }
@@ -222,6 +230,21 @@ impl Pace {
     }
 }
 
+/// Busy polls between two yields of the CPU.
+const POLLS_PER_YIELD: u32 = 64;
+
+/// One empty poll of a busy-polling loop: a spin hint, and every
+/// [`POLLS_PER_YIELD`] polls the CPU yielded to whatever else is runnable
+/// on it (`polls` counts them).
+pub(crate) fn relax(polls: &mut u32) {
+    *polls = polls.wrapping_add(1);
+    if *polls % POLLS_PER_YIELD == 0 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 /// The emulator.
 pub struct FpgaEmulator {
     cfg: EmulatorConfig,
@@ -248,6 +271,11 @@ pub struct FpgaEmulator {
 impl FpgaEmulator {
     /// Binds the socket; the requester starts at `cfg.start_psn`.
     pub fn new(cfg: EmulatorConfig) -> Result<FpgaEmulator> {
+        if cfg.busy_wait && cfg.gso {
+            return Err(Error::invalid(
+                "busy_wait sends one packet per datagram, as through a NIC: turn gso off",
+            ));
+        }
         let io = UdpIo::bind(cfg.bind, RX_BATCH)?;
         let local = io.local_addr()?;
         Ok(FpgaEmulator {
@@ -514,8 +542,23 @@ impl FpgaEmulator {
                 }
                 return Ok(());
             }
-            let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-            poll_readable([self.io.fd()], ms)?;
+            if self.cfg.busy_wait {
+                self.busy_poll(wait)?;
+            } else {
+                let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+                poll_readable([self.io.fd()], ms)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the socket without sleeping for up to `wait` (the caller has
+    /// bounded it by the next timer), until an ACK is taken in.
+    fn busy_poll(&mut self, wait: Duration) -> Result<()> {
+        let end = Instant::now() + wait;
+        let mut polls = 0;
+        while self.receive(self.now())? == 0 && Instant::now() < end {
+            relax(&mut polls);
         }
         Ok(())
     }
@@ -635,5 +678,48 @@ impl FpgaEmulator {
         }
         progress(acked(self));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, UdpSocket};
+
+    /// Busy-waiting, the window's packets leave one per datagram, and a host
+    /// that never ACKs is polled for until the retransmit timer fires (not
+    /// forever): then the window goes out again, one packet per datagram.
+    #[test]
+    fn busy_wait_sends_one_packet_per_datagram_and_polls_until_the_timer() {
+        let host = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let std::net::SocketAddr::V4(to) = host.local_addr().unwrap() else {
+            unreachable!("bound to IPv4")
+        };
+        let mut cfg = EmulatorConfig::new(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), to, 1, 0);
+        cfg.busy_wait = true;
+        cfg.timeout_code = 8; // 1 ms
+        let mut emu = FpgaEmulator::new(cfg).unwrap();
+        for i in 0..6 {
+            emu.submit(pattern::make(i, 4096), 0);
+        }
+        while emu.stats().requester.timeouts == 0 {
+            emu.pump(Duration::from_millis(10)).unwrap();
+        }
+        emu.pump(Duration::ZERO).unwrap();
+        let r = emu.stats().requester;
+        assert_eq!((r.packets, r.retransmits), (4, 4), "the window of 4, twice");
+        host.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 65536];
+        for i in 0..8u32 {
+            let n = host.recv(&mut buf).unwrap();
+            assert_eq!(
+                n,
+                Packet::wire_len(Opcode::SendOnlyImm, 4096),
+                "datagram {i}"
+            );
+            let p = Packet::parse(&buf[..n]).unwrap();
+            assert_eq!((p.bth.opcode, p.bth.psn), (Opcode::SendOnlyImm, i % 4));
+        }
     }
 }

@@ -13,12 +13,16 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 
 /// Benchmarks, each against a reference measured in the same run
 ///
-/// The loopback UDP ceilings (plain recvmmsg, GSO into GRO), soft
-/// end-to-end at 1/4/8 KiB against the recvmmsg ceiling (and with every
-/// received ICRC checked against the unchecked run), ACKs per frame at
-/// surf's window, the server thread paced at 10 and 25 GbE rates,
-/// server-core dispatch, ICRC vs raw CRC-32. Three runs each: min / median
-/// / max.
+/// First the regime an FPGA puts the host in: surf's engine (a window of 4
+/// or 16 messages, one packet per datagram, the ACK busy-polled for) at 1/4/8
+/// KiB against plain UDP with the same window, and four such links on one
+/// host against one. Then the host's capacity: the loopback UDP ceilings
+/// (plain recvmmsg, GSO into GRO), soft end-to-end at 1/4/8 KiB with a
+/// 256-message window and GSO bursts (a NIC's GRO modelled) against the
+/// recvmmsg ceiling (and with every received ICRC checked against the
+/// unchecked run), ACKs per frame at surf's window, the server thread paced
+/// at 10 and 25 GbE rates, server-core dispatch, ICRC vs raw CRC-32. Three
+/// runs each: min / median / max.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
 pub struct BenchArgs {
@@ -31,7 +35,7 @@ pub struct BenchArgs {
     /// Messages the emulator keeps un-ACKed in the end-to-end and paced
     /// rows: as many as the host has slots (256), so the rows measure the
     /// host, not a sender waiting for ACKs (surf fc56630's engine keeps 4:
-    /// the ACK row always uses 4)
+    /// the surf, links and ACK rows use surf's windows whatever this says)
     #[arg(long, value_name = "MESSAGES", default_value = "256", value_parser = num::<usize>(1, 1024))]
     window: usize,
     /// Which rows (default: all)
@@ -42,6 +46,10 @@ pub struct BenchArgs {
 /// The bench's row groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Row {
+    /// surf's engine: windows of 4 and 16 messages, 1/4/8 KiB, one packet per datagram, the ACK busy-polled for, vs plain UDP with the same window
+    Surf,
+    /// 4 links on one host, each as surf's window 4 at 4 KiB, vs one link (a report, no goal)
+    Links,
     /// UDP ceilings: plain recvmmsg and GSO into GRO
     Ceilings,
     /// soft end-to-end at 1/4/8 KiB vs the recvmmsg ceiling
@@ -120,8 +128,15 @@ pub fn run(a: BenchArgs) -> Outcome {
         "ratio",
         "goal"
     )?;
+    let mut regime = String::new();
     for r in rows {
+        if regime_of(r, a.window) != regime {
+            regime = regime_of(r, a.window);
+            outln!("-- {regime}")?;
+        }
         match r {
+            Row::Surf => surf_rows(a.frames, secs)?,
+            Row::Links => links_row(a.frames)?,
             Row::Ceilings => ceilings(secs)?,
             Row::E2e => e2e_rows(a.frames, secs, a.window)?,
             Row::IcrcE2e => icrc_e2e_rows(a.frames, a.window)?,
@@ -132,6 +147,28 @@ pub fn run(a: BenchArgs) -> Outcome {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// The regime a row group measures, printed above it.
+fn regime_of(r: Row, window: usize) -> String {
+    match r {
+        Row::Surf => "surf's engine as it runs: a window of 4 or 16 messages, one packet per \
+                      datagram, the emulator busy-polling for each ACK; the host's ACK \
+                      turnaround sets the rate"
+            .into(),
+        Row::Links => "several surf links on one host (a report, no goal)".into(),
+        Row::Ceilings => "the kernel's UDP ceilings over loopback".into(),
+        Row::E2e | Row::IcrcE2e => format!(
+            "the host's capacity, a NIC's GRO modelled by GSO: a {window}-message window, \
+             bursts as UDP GSO datagrams"
+        ),
+        Row::Acks => "ACK coalescing at surf's window of 4, bursts as UDP GSO datagrams".into(),
+        Row::Paced => format!(
+            "a paced link, a NIC's interrupt coalescing modelled by GSO bursts every 20 us \
+             ({window}-message window)"
+        ),
+        Row::Dispatch | Row::Icrc => "the server core and the ICRC alone (no sockets)".into(),
+    }
 }
 
 /// The datagram a frame of `size` travels in (one per pmtu of 4096).
@@ -166,34 +203,141 @@ fn ceilings(secs: Duration) -> Result<(), Fail> {
 }
 
 fn e2e_rows(frames: u64, secs: Duration, window: usize) -> Result<(), Fail> {
-    let e = lib_err(&[]);
     for (size, goal) in [(1024usize, 1.5), (4096, 1.8), (8192, 1.5)] {
         let dg = datagram(size);
-        let pkts = size.div_ceil(4096) as f64;
-        let mut runs = Vec::new();
-        for _ in 0..RUNS {
-            let s = E2eSetup {
-                window,
-                ..E2eSetup::new(size, frames)
-            };
-            let r = soft_end_to_end(s).map_err(&e)?;
-            let c = udp_ceiling(dg, secs).map_err(&e)?;
-            runs.push((r.rate.per_sec * pkts / c.per_sec, r, c));
-        }
-        let (ratio, mid) = median_run(&runs);
-        row(
-            &format!("soft e2e, {size} B frames"),
-            &format!(
-                "{:.2} Gbit/s {:.0} f/s",
-                mid.1.rate.gbit, mid.1.rate.per_sec
-            ),
-            &format!("recvmmsg {dg} B: {:.0} dg/s", mid.2.per_sec),
-            ratio,
+        let s = E2eSetup {
+            window,
+            ..E2eSetup::new(size, frames)
+        };
+        let runs = trials(s, || udp_ceiling(dg, secs))?;
+        let figure = format!("soft e2e, {size} B frames");
+        let e2e = trials_row(
+            &figure,
+            &runs,
+            &format!("recvmmsg {dg} B"),
             &format!(">={goal}"),
         )?;
-        note(&server_line(&runs.iter().map(|p| p.1).collect::<Vec<_>>()))?;
+        note(&server_line(&e2e))?;
     }
     Ok(())
+}
+
+/// [`RUNS`] end-to-end runs of `s`, each with its `reference` measured
+/// right after it: (frames/s x packets per frame / the reference's
+/// datagrams/s, the run, the reference).
+fn trials(
+    s: E2eSetup,
+    reference: impl Fn() -> rocev2::Result<Rate>,
+) -> Result<Vec<(f64, E2e, Rate)>, Fail> {
+    let e = lib_err(&[]);
+    let pkts = s.size.div_ceil(4096) as f64;
+    (0..RUNS)
+        .map(|_| {
+            let r = soft_end_to_end(s).map_err(&e)?;
+            let c = reference().map_err(&e)?;
+            Ok((r.rate.per_sec * pkts / c.per_sec, r, c))
+        })
+        .collect()
+}
+
+/// The row of [`trials`] against a reference in datagrams/s (`reference`
+/// names it); returns the runs' figures, for the notes below it.
+fn trials_row(
+    figure: &str,
+    runs: &[(f64, E2e, Rate)],
+    reference: &str,
+    goal: &str,
+) -> Result<Vec<E2e>, Fail> {
+    let (ratio, mid) = median_run(runs);
+    let against = format!("{reference}: {:.0} dg/s", mid.2.per_sec);
+    row(figure, &rate_text(&mid.1.rate), &against, ratio, goal)?;
+    Ok(runs.iter().map(|p| p.1).collect())
+}
+
+/// surf's (window, frame size) pairs.
+const SURF: [(usize, usize); 5] = [(4, 4096), (16, 4096), (4, 1024), (16, 1024), (4, 8192)];
+
+fn surf_rows(frames: u64, secs: Duration) -> Result<(), Fail> {
+    for (window, size) in SURF {
+        // pmtu 4096: an 8 KiB message is two packets, its window twice as
+        // many datagrams.
+        let pkts = size.div_ceil(4096);
+        let (dg, in_flight) = (datagram(size), window * pkts);
+        let s = E2eSetup::surf(size, frames, window);
+        let runs = trials(s, || udp_window(dg, in_flight, secs, true))?;
+        let figure = format!("surf window {window}, {size} B");
+        let e2e = trials_row(
+            &figure,
+            &runs,
+            &format!("UDP window {in_flight} x {dg} B"),
+            "",
+        )?;
+        note(&waits_line(&e2e))?;
+        note(&server_line(&e2e))?;
+    }
+    Ok(())
+}
+
+fn links_row(frames: u64) -> Result<(), Fail> {
+    const LINKS: usize = 4;
+    let e = lib_err(&[]);
+    let s = E2eSetup::surf(4096, frames, 4);
+    let mut runs = Vec::new();
+    for _ in 0..RUNS {
+        let many = soft_links(s, LINKS).map_err(&e)?;
+        let one = soft_links(s, 1).map_err(&e)?;
+        runs.push((many.rate.per_sec / one.rate.per_sec, many, one));
+    }
+    let (ratio, mid) = median_run(&runs);
+    let cpu = |l: &Links| l.each.iter().map(|e| e.cpu).sum::<f64>() / l.each.len() as f64 * 100.0;
+    row(
+        &format!("{LINKS} links, surf window 4, 4096 B"),
+        &format!(
+            "{:.0} f/s, {:.0}% CPU/link",
+            mid.1.rate.per_sec,
+            cpu(&mid.1)
+        ),
+        &format!(
+            "1 link: {:.0} f/s, {:.0}% CPU",
+            mid.2.rate.per_sec,
+            cpu(&mid.2)
+        ),
+        ratio,
+        "",
+    )?;
+    let per_link = mmm(runs
+        .iter()
+        .flat_map(|r| r.1.each.iter().map(|e| e.rate.per_sec))
+        .collect());
+    note(&format!(
+        "aggregate frames/s against one link alone, CPU the servers' receive threads' share of a \
+         core; a link's frames/s {:.0}/{:.0}/{:.0} (min/median/max over links and runs); all servers' \
+         threads on CPU 1, all emulators on CPU 0",
+        per_link.0, per_link.1, per_link.2
+    ))?;
+    let all: Vec<E2e> = runs.iter().flat_map(|r| r.1.each.iter().copied()).collect();
+    note(&server_line(&all))?;
+    Ok(())
+}
+
+/// A frame rate as the value column shows it.
+fn rate_text(r: &Rate) -> String {
+    format!("{:.2} Gbit/s {:.0} f/s", r.gbit, r.per_sec)
+}
+
+/// How the server's thread answered and waited over runs: ACKs, parks and
+/// naps per frame.
+fn waits_line(runs: &[E2e]) -> String {
+    let of = |f: fn(&E2e) -> f64| {
+        let m = mmm(runs.iter().map(f).collect());
+        format!("{:.3}/{:.3}/{:.3}", m.0, m.1, m.2)
+    };
+    format!(
+        "per frame (min/median/max): ACKs {}, parks {}, naps {}",
+        of(|r| r.acks_per_frame),
+        of(|r| r.parks_per_frame),
+        of(|r| r.naps_per_frame)
+    )
 }
 
 /// The server thread's figures over runs: busy ns per frame, ACKs and
@@ -239,10 +383,7 @@ fn icrc_e2e_rows(frames: u64, window: usize) -> Result<(), Fail> {
         let (ratio, mid) = median_run(&runs);
         row(
             &format!("soft e2e, {size} B frames, rx ICRC checked"),
-            &format!(
-                "{:.2} Gbit/s {:.0} f/s",
-                mid.1.rate.gbit, mid.1.rate.per_sec
-            ),
+            &rate_text(&mid.1.rate),
             &format!("unchecked: {:.0} f/s", mid.2.rate.per_sec),
             ratio,
             ">=0.9",

@@ -69,6 +69,9 @@ pub struct FpgaSimArgs {
     /// Send each burst of equal packets as one UDP GSO datagram (UDP_SEGMENT; the kernel or NIC cuts it, segment k with IP ID k), as a NIC's GRO would hand them to the host
     #[arg(long)]
     gso: bool,
+    /// With the window full, busy-poll the socket for the ACK instead of sleeping in poll(), as the engine waits in hardware: no wake-up per round trip (a core kept busy while streaming), one packet per datagram as through a NIC (not with --gso)
+    #[arg(long, conflicts_with = "gso")]
+    busy_wait: bool,
 }
 
 pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
@@ -86,6 +89,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.restart_after = a.restart_after;
     cfg.first_seq = a.first_seq;
     cfg.gso = a.gso;
+    cfg.busy_wait = a.busy_wait;
     cfg.rate = a.rate.map(|r| r as f64);
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
