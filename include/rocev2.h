@@ -830,7 +830,11 @@ rocev2_status rocev2_gid_detect_index(const char *device, const char *fpga_ip, u
  * `user_data` is passed back unchanged.
  *
  * Thread safety: any thread, concurrently with any call; the callback may
- * be called from any thread, also while this call replaces it.
+ * be called from any thread, also while this call replaces it (until this
+ * call returns, a record may still reach the callback it replaced). The
+ * callback may call this function (no lock is held while it runs); records
+ * the library logs from inside the callback, on its thread, go to stderr
+ * instead of re-entering it.
  */
 rocev2_status rocev2_set_log_callback(rocev2_log_callback cb, void *user_data, int level);
 
