@@ -427,6 +427,21 @@ fn rogue_records(mut file: &[u8]) -> Vec<Record<'_>> {
     v
 }
 
+/// Checks a recording of `n` frames of `size` bytes (the emulator's pattern,
+/// in order) and returns its records; `ctx` goes into the length message.
+fn check_recording<'a>(file: &'a [u8], n: u64, size: usize, ctx: &str) -> Vec<Record<'a>> {
+    assert_eq!(file.len() as u64, n * (8 + size as u64), "{ctx}");
+    let recs = rogue_records(file);
+    assert_eq!(recs.len() as u64, n);
+    for (i, r) in recs.iter().enumerate() {
+        assert!(
+            r.payload == pattern::make(i as u64, size),
+            "record {i} differs"
+        );
+    }
+    recs
+}
+
 #[test]
 fn recv_out_writes_rogues_data_file_format() {
     let dir = std::env::temp_dir().join(format!("rocev2-cli-{}", std::process::id()));
@@ -450,16 +465,10 @@ fn recv_out_writes_rogues_data_file_format() {
         (Some(n), Some(0))
     );
     let file = std::fs::read(&path).unwrap();
-    assert_eq!(file.len() as u64, n * (8 + size as u64));
-    let recs = rogue_records(&file);
-    assert_eq!(recs.len() as u64, n);
+    let recs = check_recording(&file, n, size, "");
     for (i, r) in recs.iter().enumerate() {
         assert_eq!(r.channel, channels[i % 3], "record {i}");
         assert_eq!((r.error, r.flags), (0, 0), "record {i}");
-        assert!(
-            r.payload == pattern::make(i as u64, size),
-            "record {i} differs"
-        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -722,15 +731,7 @@ fn recv_stops_cleanly_on(name: &str, code: i32) {
         (&json!(n), &json!(0))
     );
     let file = std::fs::read(&path).unwrap();
-    assert_eq!(file.len() as u64, n * (8 + size as u64), "{sum}");
-    let recs = rogue_records(&file);
-    assert_eq!(recs.len() as u64, n);
-    for (i, r) in recs.iter().enumerate() {
-        assert!(
-            r.payload == pattern::make(i as u64, size),
-            "record {i} differs"
-        );
-    }
+    check_recording(&file, n, size, &sum.to_string());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
