@@ -119,8 +119,9 @@ pub(crate) fn give_back_token_refs(srv: *const rocev2_server, core: Arc<ServerCo
     }
 }
 
-/// Removes `srv`'s entry if its core is gone.
-fn forget_if_dead(srv: *const rocev2_server) {
+/// Removes `srv`'s entry if its core is gone (after destroy dropped the
+/// handle's reference, or a release the last token's).
+pub(crate) fn forget_if_dead(srv: *const rocev2_server) {
     let mut t = table_mut();
     if t.get(&(srv as usize))
         .is_some_and(|e| e.owned.is_none() && e.weak.strong_count() == 0)
@@ -143,10 +144,4 @@ pub(crate) fn unregister(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
         }
     };
     taken.map_err(|known| not_live(srv, ErrorKind::InvalidArgument, known))
-}
-
-/// After destroy dropped the handle's reference: forget the entry if no
-/// token keeps the core alive.
-pub(crate) fn destroyed(srv: *const rocev2_server) {
-    forget_if_dead(srv);
 }

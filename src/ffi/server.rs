@@ -569,7 +569,7 @@ pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
             Ok(core) => {
                 core.stop();
                 drop(core);
-                super::handles::destroyed(srv);
+                super::handles::forget_if_dead(srv);
             }
             Err(e) => log::error!("rocev2_server_destroy: {e}"),
         }
