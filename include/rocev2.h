@@ -275,6 +275,14 @@ typedef struct {
    * access. Default 0 (least privilege).
    */
   uint32_t mr_remote_write;
+  /**
+   * 1 = measure the ACK turnaround and the frame delivery latency into
+   * rocev2_stats' histogram fields (soft backend; the kernel stamps each
+   * received packet, the receive thread reads the clock per ACK batch
+   * and per frame). Default 0: off, no cost. The verbs backend refuses
+   * 1 (ROCEV2_ERR_UNSUPPORTED: its NIC ACKs). Since 2.3.
+   */
+  uint32_t measure_latency;
 } rocev2_server_config;
 
 /**
@@ -321,6 +329,13 @@ typedef struct {
    * Local IPv4 address for the soft backend (NULL = 127.0.0.1; copied).
    */
   const char *bind_addr;
+  /**
+   * Soft backend: busy-poll the NIC's receive queue up to this many
+   * microseconds on an empty socket (SO_BUSY_POLL, and
+   * SO_PREFER_BUSY_POLL where permitted; a refusal is logged once).
+   * Default 0: off. Does nothing on loopback. Since 2.3.
+   */
+  uint32_t busy_poll_us;
 } rocev2_device_config;
 
 /**
@@ -599,6 +614,46 @@ typedef struct {
    * spin_us). Since 2.2.
    */
   uint64_t naps;
+  /**
+   * Soft, with measure_latency: from the kernel's receive stamp of each packet that asked for an ACK to the ACK covering it leaving: samples (0: not measured). Since 2.3.
+   */
+  uint64_t ack_turnaround_count;
+  /**
+   * ack_turnaround: median, ns (quantiles within 3.2%). Since 2.3.
+   */
+  uint64_t ack_turnaround_p50_ns;
+  /**
+   * ack_turnaround: 99th percentile, ns. Since 2.3.
+   */
+  uint64_t ack_turnaround_p99_ns;
+  /**
+   * ack_turnaround: 99.9th percentile, ns. Since 2.3.
+   */
+  uint64_t ack_turnaround_p999_ns;
+  /**
+   * ack_turnaround: the largest sample, ns. Since 2.3.
+   */
+  uint64_t ack_turnaround_max_ns;
+  /**
+   * With measure_latency: from the kernel's receive stamp of a frame's last packet to the callback's entry or the poll's return: samples (0: not measured). Since 2.3.
+   */
+  uint64_t delivery_count;
+  /**
+   * delivery: median, ns (quantiles within 3.2%). Since 2.3.
+   */
+  uint64_t delivery_p50_ns;
+  /**
+   * delivery: 99th percentile, ns. Since 2.3.
+   */
+  uint64_t delivery_p99_ns;
+  /**
+   * delivery: 99.9th percentile, ns. Since 2.3.
+   */
+  uint64_t delivery_p999_ns;
+  /**
+   * delivery: the largest sample, ns. Since 2.3.
+   */
+  uint64_t delivery_max_ns;
 } rocev2_stats;
 
 
@@ -690,7 +745,7 @@ rocev2_status rocev2_pattern_check(const uint8_t *data, size_t len, uint64_t *se
 
 /**
  * Fills `cfg` (`size` = the caller's `sizeof(rocev2_device_config)`) with
- * defaults: port 1, GID index 0, UDP ports 4791, ICRC check auto, no name,
+ * defaults: port 1, GID index 0, UDP ports 4791, ICRC check auto, busy_poll_us 0, no name,
  * bind 127.0.0.1. Writes exactly `size` bytes (zero beyond the fields this
  * library knows) and sets `struct_size` to `size`.
  *
@@ -841,7 +896,7 @@ rocev2_status rocev2_set_log_callback(rocev2_log_callback cb, void *user_data, i
 /**
  * Fills `cfg` (`size` = the caller's `sizeof(rocev2_server_config)`) with
  * defaults: max_payload 9000, rx_queue_depth 256, spin_us 50,
- * stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0. Writes exactly
+ * stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0, measure_latency 0. Writes exactly
  * `size` bytes (zero beyond the fields this library knows) and sets
  * `struct_size` to `size`.
  *

@@ -215,6 +215,14 @@ pub struct SoftConfig {
     pub peer_udp_port: u16,
     /// Check received ICRCs (default [`IcrcCheck::Auto`]).
     pub icrc_check: IcrcCheck,
+    /// Busy-poll the NIC's receive queue for up to this many microseconds
+    /// when the socket is empty (`SO_BUSY_POLL`; default 0: off), and ask
+    /// the kernel to prefer busy polling over interrupts
+    /// (`SO_PREFER_BUSY_POLL`, which needs CAP_NET_ADMIN: without it, the
+    /// refusal is logged once and busy polling still runs). Only a NIC's
+    /// queue with a NAPI ID is polled: on loopback it does nothing. See the
+    /// README's "Tuning a NIC for the soft backend".
+    pub busy_poll_us: u32,
 }
 
 impl SoftConfig {
@@ -225,6 +233,7 @@ impl SoftConfig {
             udp_port: ROCE_UDP_PORT,
             peer_udp_port: ROCE_UDP_PORT,
             icrc_check: IcrcCheck::Auto,
+            busy_poll_us: 0,
         }
     }
     /// On `bind_addr`, any free UDP port (reported in the host params), ACKs
@@ -328,6 +337,13 @@ pub struct ServerConfig {
     pub stop_timeout_ms: u32,
     /// Pin the receive thread to this CPU (default: not pinned).
     pub cpu_affinity: Option<u32>,
+    /// Measure the ACK turnaround and the frame delivery latency into
+    /// [`Stats`](crate::Stats)' histograms (soft backend; default off).
+    /// The kernel then stamps each received packet (`SO_TIMESTAMPNS`) and
+    /// the receive thread reads the clock once per ACK batch and once per
+    /// frame; off, neither happens. The verbs backend refuses it (its NIC
+    /// ACKs in hardware).
+    pub measure_latency: bool,
 }
 
 impl Default for ServerConfig {
@@ -338,6 +354,7 @@ impl Default for ServerConfig {
             spin_us: 50,
             stop_timeout_ms: 5000,
             cpu_affinity: None,
+            measure_latency: false,
         }
     }
 }

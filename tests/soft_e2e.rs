@@ -452,3 +452,70 @@ fn a_paced_stream_with_the_default_spin_is_napped_through_and_loses_nothing() {
     assert!(s.naps > 0, "the thread never napped: {s:?}");
     assert_eq!(emu.stats().requester.acked, N);
 }
+
+/// `measure_latency`: every packet that asked for an ACK gives one ACK
+/// turnaround sample, every frame one delivery sample (callback or pull),
+/// quantiles in order; off (the default), nothing is measured.
+#[test]
+fn measured_latency_has_a_sample_per_acked_packet_and_per_frame() {
+    const N: u64 = 2000;
+    for (measure, pull) in [(true, false), (true, true), (false, false)] {
+        let server = Server::create(
+            &soft_device(),
+            &ServerConfig {
+                max_payload: 4096,
+                rx_queue_depth: 64,
+                measure_latency: measure,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut ecfg = EmulatorConfig::for_server(&server.host_params()).unwrap();
+        (ecfg.busy_wait, ecfg.window) = (true, 4);
+        let mut emu = FpgaEmulator::new(ecfg).unwrap();
+        server.set_fpga_gid(emu.gid()).unwrap();
+        let count = Arc::new(AtomicU64::new(0));
+        if !pull {
+            let c = count.clone();
+            server
+                .set_frame_callback(move |_| {
+                    c.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+        }
+        connect(&server, &emu, 1);
+        std::thread::scope(|scope| {
+            if pull {
+                scope.spawn(|| {
+                    while count.load(Ordering::SeqCst) < N {
+                        if let Ok(Some(f)) = server.poll_frame(Some(Duration::from_millis(100))) {
+                            drop(f);
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+            emu.stream(N, 4096, &[0], 64, Duration::from_secs(120), |_| {})
+                .unwrap();
+            wait_for(&count, N);
+        });
+        let s = server.stats();
+        let what = format!("measure {measure}, pull {pull}: {s:?}");
+        assert_eq!(s.frames, N, "{what}");
+        if !measure {
+            assert_eq!(s.ack_turnaround, rocev2::Latency::default(), "{what}");
+            assert_eq!(s.delivery_latency, rocev2::Latency::default(), "{what}");
+            continue;
+        }
+        // One packet per 4 KiB message, each with AckReq, none resent.
+        assert_eq!(emu.stats().requester.retransmits, 0, "{what}");
+        assert_eq!(s.ack_turnaround.count, N, "{what}");
+        assert_eq!(s.delivery_latency.count, N, "{what}");
+        for l in [s.ack_turnaround, s.delivery_latency] {
+            assert!(l.max_ns > 0, "{what}");
+            assert!(l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns, "{what}");
+            // A quantile is its bucket's midpoint: within 3.2% of a sample.
+            assert!(l.p999_ns as f64 <= l.max_ns as f64 * 1.032 + 1.0, "{what}");
+        }
+    }
+}

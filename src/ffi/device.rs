@@ -52,13 +52,19 @@ pub struct rocev2_device_config {
     pub name: *const c_char,
     /// Local IPv4 address for the soft backend (NULL = 127.0.0.1; copied).
     pub bind_addr: *const c_char,
+    /// Soft backend: busy-poll the NIC's receive queue up to this many
+    /// microseconds on an empty socket (SO_BUSY_POLL, and
+    /// SO_PREFER_BUSY_POLL where permitted; a refusal is logged once).
+    /// Default 0: off. Does nothing on loopback. Since 2.3.
+    pub busy_poll_us: u32,
 }
 
 // SAFETY: #[repr(C)], starts with u32 struct_size; plain data (the string
 // pointers are only read through c_str, which checks them).
 unsafe impl Sized2 for rocev2_device_config {
     const NAME: &'static str = "rocev2_device_config";
-    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_device_config>();
+    // ABI 2.0's struct ended before busy_poll_us.
+    const FIRST_SIZE: usize = std::mem::offset_of!(rocev2_device_config, busy_poll_us);
 }
 
 impl Default for rocev2_device_config {
@@ -72,12 +78,13 @@ impl Default for rocev2_device_config {
             icrc_check: ROCEV2_ICRC_AUTO,
             name: std::ptr::null(),
             bind_addr: std::ptr::null(),
+            busy_poll_us: 0,
         }
     }
 }
 
 /// Fills `cfg` (`size` = the caller's `sizeof(rocev2_device_config)`) with
-/// defaults: port 1, GID index 0, UDP ports 4791, ICRC check auto, no name,
+/// defaults: port 1, GID index 0, UDP ports 4791, ICRC check auto, busy_poll_us 0, no name,
 /// bind 127.0.0.1. Writes exactly `size` bytes (zero beyond the fields this
 /// library knows) and sets `struct_size` to `size`.
 ///
@@ -121,6 +128,7 @@ pub unsafe extern "C" fn rocev2_device_open(
                 soft.udp_port = c.udp_port;
                 soft.peer_udp_port = c.peer_udp_port;
                 soft.icrc_check = IcrcCheck::from_code(c.icrc_check as u32)?;
+                soft.busy_poll_us = c.busy_poll_us;
                 if !c.bind_addr.is_null() {
                     // SAFETY: as above.
                     soft.bind_addr = unsafe { c_str(c.bind_addr, "cfg->bind_addr") }?.to_string();

@@ -58,6 +58,12 @@ pub struct rocev2_server_config {
     /// has a valid rkey (what rogue reports); the QP still grants no remote
     /// access. Default 0 (least privilege).
     pub mr_remote_write: u32,
+    /// 1 = measure the ACK turnaround and the frame delivery latency into
+    /// rocev2_stats' histogram fields (soft backend; the kernel stamps each
+    /// received packet, the receive thread reads the clock per ACK batch
+    /// and per frame). Default 0: off, no cost. The verbs backend refuses
+    /// 1 (ROCEV2_ERR_UNSUPPORTED: its NIC ACKs). Since 2.3.
+    pub measure_latency: u32,
 }
 
 /// What the FPGA is programmed with (rogue's getters). Set `struct_size` to
@@ -183,6 +189,26 @@ pub struct rocev2_stats {
     /// (a paced sender, whose rate spinning would not raise; see
     /// spin_us). Since 2.2.
     pub naps: u64,
+    /// Soft, with measure_latency: from the kernel's receive stamp of each packet that asked for an ACK to the ACK covering it leaving: samples (0: not measured). Since 2.3.
+    pub ack_turnaround_count: u64,
+    /// ack_turnaround: median, ns (quantiles within 3.2%). Since 2.3.
+    pub ack_turnaround_p50_ns: u64,
+    /// ack_turnaround: 99th percentile, ns. Since 2.3.
+    pub ack_turnaround_p99_ns: u64,
+    /// ack_turnaround: 99.9th percentile, ns. Since 2.3.
+    pub ack_turnaround_p999_ns: u64,
+    /// ack_turnaround: the largest sample, ns. Since 2.3.
+    pub ack_turnaround_max_ns: u64,
+    /// With measure_latency: from the kernel's receive stamp of a frame's last packet to the callback's entry or the poll's return: samples (0: not measured). Since 2.3.
+    pub delivery_count: u64,
+    /// delivery: median, ns (quantiles within 3.2%). Since 2.3.
+    pub delivery_p50_ns: u64,
+    /// delivery: 99th percentile, ns. Since 2.3.
+    pub delivery_p99_ns: u64,
+    /// delivery: 99.9th percentile, ns. Since 2.3.
+    pub delivery_p999_ns: u64,
+    /// delivery: the largest sample, ns. Since 2.3.
+    pub delivery_max_ns: u64,
 }
 
 /// rocev2_stats.link_state: created, the connection not complete yet.
@@ -214,7 +240,8 @@ pub type rocev2_frame_callback =
 // integers only.
 unsafe impl Sized2 for rocev2_server_config {
     const NAME: &'static str = "rocev2_server_config";
-    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_server_config>();
+    // ABI 2.0's struct ended before measure_latency.
+    const FIRST_SIZE: usize = std::mem::offset_of!(rocev2_server_config, measure_latency);
 }
 unsafe impl Sized2 for rocev2_host_params {
     const NAME: &'static str = "rocev2_host_params";
@@ -244,6 +271,15 @@ pub(crate) unsafe fn server_config_from(
         sc.spin_us = c.spin_us;
         sc.stop_timeout_ms = c.stop_timeout_ms;
         remote_write = c.mr_remote_write != 0;
+        sc.measure_latency = match c.measure_latency {
+            0 => false,
+            1 => true,
+            n => {
+                return Err(Error::invalid(format!(
+                    "measure_latency must be 0 (off) or 1 (on); got {n}"
+                )))
+            }
+        };
         sc.cpu_affinity = match c.cpu_affinity {
             -1 => None,
             n if n >= 0 => Some(n as u32),
@@ -269,13 +305,14 @@ impl Default for rocev2_server_config {
             stop_timeout_ms: d.stop_timeout_ms,
             cpu_affinity: -1,
             mr_remote_write: 0,
+            measure_latency: 0,
         }
     }
 }
 
 /// Fills `cfg` (`size` = the caller's `sizeof(rocev2_server_config)`) with
 /// defaults: max_payload 9000, rx_queue_depth 256, spin_us 50,
-/// stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0. Writes exactly
+/// stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0, measure_latency 0. Writes exactly
 /// `size` bytes (zero beyond the fields this library knows) and sets
 /// `struct_size` to `size`.
 ///
@@ -483,6 +520,16 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             stale_packets: soft.stale_packets,
             peer_restarts: soft.peer_restarts,
             naps: s.naps,
+            ack_turnaround_count: s.ack_turnaround.count,
+            ack_turnaround_p50_ns: s.ack_turnaround.p50_ns,
+            ack_turnaround_p99_ns: s.ack_turnaround.p99_ns,
+            ack_turnaround_p999_ns: s.ack_turnaround.p999_ns,
+            ack_turnaround_max_ns: s.ack_turnaround.max_ns,
+            delivery_count: s.delivery_latency.count,
+            delivery_p50_ns: s.delivery_latency.p50_ns,
+            delivery_p99_ns: s.delivery_latency.p99_ns,
+            delivery_p999_ns: s.delivery_latency.p999_ns,
+            delivery_max_ns: s.delivery_latency.max_ns,
         };
         // SAFETY: out is NULL or has struct_size writable bytes (API contract).
         unsafe { write_sized(out, full, "out") }

@@ -284,6 +284,46 @@ impl UdpIo {
         })
     }
 
+    /// Asks the kernel for a receive stamp on every datagram
+    /// (`SO_TIMESTAMPNS`, CLOCK_REALTIME) on the sockets packets are read
+    /// from: [`rx_stamp`](Self::rx_stamp).
+    pub fn enable_rx_timestamps(&mut self) -> Result<()> {
+        let what = "setsockopt(SO_TIMESTAMPNS)";
+        setsockopt_int(self.fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1, what)?;
+        if let Some(raw) = &self.raw {
+            setsockopt_int(
+                raw.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                1,
+                what,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Busy-polls the NIC's queue for up to `us` microseconds on an empty
+    /// socket (`SO_BUSY_POLL`), and asks for busy polling to be preferred
+    /// over interrupts (`SO_PREFER_BUSY_POLL`). Returns the options the
+    /// kernel refused, with why (an empty list: all set).
+    pub fn set_busy_poll(&mut self, us: u32) -> Vec<Error> {
+        let v = us.min(i32::MAX as u32) as i32;
+        let fd = self.fd();
+        let opts = [
+            (libc::SO_BUSY_POLL, v, "setsockopt(SO_BUSY_POLL)"),
+            (
+                libc::SO_PREFER_BUSY_POLL,
+                1,
+                "setsockopt(SO_PREFER_BUSY_POLL)",
+            ),
+        ];
+        opts.into_iter()
+            .filter_map(|(name, value, what)| {
+                setsockopt_int(fd, libc::SOL_SOCKET, name, value, what).err()
+            })
+            .collect()
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> Result<SocketAddrV4> {
         match self.sock.local_addr() {
@@ -501,6 +541,67 @@ impl UdpIo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An int socket option's value.
+    fn sockopt(fd: RawFd, name: i32) -> i32 {
+        let mut v: i32 = -1;
+        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `v`, ours.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                &mut v as *mut i32 as *mut _,
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "getsockopt({name})");
+        v
+    }
+
+    #[test]
+    fn busy_polling_is_set_or_its_refusal_named() {
+        let mut a = UdpIo::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), 1).unwrap();
+        let refused = a.set_busy_poll(50);
+        for e in &refused {
+            assert!(e.message().contains("BUSY_POLL)"), "{e}");
+        }
+        let named = |o: &str| refused.iter().any(|e| e.message().contains(o));
+        if !named("(SO_BUSY_POLL)") {
+            assert_eq!(sockopt(a.fd(), libc::SO_BUSY_POLL), 50);
+        }
+        if !named("(SO_PREFER_BUSY_POLL)") {
+            assert_eq!(sockopt(a.fd(), libc::SO_PREFER_BUSY_POLL), 1);
+        }
+    }
+
+    #[test]
+    fn received_datagrams_carry_the_kernels_receive_stamp_when_asked() {
+        let lo = Ipv4Addr::LOCALHOST;
+        let mut a = UdpIo::bind(SocketAddrV4::new(lo, 0), 4).unwrap();
+        let mut b = UdpIo::bind(SocketAddrV4::new(lo, 0), 4).unwrap();
+        let to = a.local_addr().unwrap();
+        let mut next = |a: &mut UdpIo| -> u64 {
+            b.send_to(to, &[vec![7u8; 64]]).unwrap();
+            for _ in 0..10_000 {
+                if a.recv_batch().unwrap() == 1 {
+                    return a.rx_stamp(0);
+                }
+                std::thread::yield_now();
+            }
+            panic!("the datagram never came");
+        };
+        assert_eq!(next(&mut a), 0, "not asked: no stamp");
+        a.enable_rx_timestamps().unwrap();
+        let before = crate::server::latency::now_ns();
+        let stamp = next(&mut a);
+        let after = crate::server::latency::now_ns();
+        assert!(
+            before <= stamp && stamp <= after,
+            "{before} <= {stamp} <= {after}"
+        );
+    }
 
     #[test]
     fn batched_loopback_round_trip() {

@@ -47,7 +47,8 @@ const IP_AT: usize = VNET_LEN + 14;
 /// Bytes in front of the UDP payload in a raw capture: the virtio-net
 /// header, Ethernet, IPv4 (no options), UDP.
 pub(super) const RAW_PREFIX: usize = IP_AT + 28;
-/// Room for a UDP_GRO control message.
+/// Room for the control messages: UDP_GRO (24 bytes) and SCM_TIMESTAMPNS
+/// (32 bytes).
 const CTRL_LEN: usize = 64;
 
 /// A planned segment of an entry: where it lands and where its bytes start
@@ -90,6 +91,8 @@ pub(super) struct RxMsg {
     ctx: Option<Ipv4Udp>,
     name: libc::sockaddr_in,
     ctrl: [u64; CTRL_LEN / 8],
+    /// The kernel's receive stamp (0: none asked for).
+    stamp_ns: u64,
 }
 
 /// One segment (packet) of the last batch.
@@ -123,6 +126,7 @@ impl RxMsg {
             // SAFETY: plain-data struct; zeroed is a valid initial value.
             name: unsafe { std::mem::zeroed() },
             ctrl: [0; CTRL_LEN / 8],
+            stamp_ns: 0,
         }
     }
 
@@ -184,6 +188,8 @@ impl RxMsg {
         self.got = got;
         self.truncated = flags & libc::MSG_TRUNC != 0;
         self.ctx = None;
+        let c = cmsgs(&self.ctrl, ctrl_len);
+        self.stamp_ns = c.stamp_ns;
         if raw {
             if self.raw_needs_gather() {
                 if let Some(slab) = slab {
@@ -195,7 +201,7 @@ impl RxMsg {
         }
         self.from = to_v4(&self.name);
         self.payload = got;
-        self.seg_size = gro_segment(&self.ctrl, ctrl_len).unwrap_or(got).max(1);
+        self.seg_size = c.gro_segment.unwrap_or(got).max(1);
         // A single datagram longer than the largest packet is not RoCE.
         if self.seg_size > MAX_DATAGRAM {
             self.truncated = true;
@@ -331,26 +337,48 @@ fn tail_len(len: u32) -> usize {
     (4 - len as usize % 4) % 4 + crate::wire::ICRC_LEN
 }
 
-/// The UDP_GRO segment size in a control buffer, if the datagram was merged.
-fn gro_segment(ctrl: &[u64], len: usize) -> Option<usize> {
+/// What a datagram's control messages say: its UDP_GRO segment size (when
+/// it was merged) and the kernel's receive stamp (SCM_TIMESTAMPNS,
+/// CLOCK_REALTIME ns; 0 when the socket does not ask for one).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Cmsgs {
+    gro_segment: Option<usize>,
+    stamp_ns: u64,
+}
+
+/// Walks a control buffer's messages (`len` bytes of `ctrl` used).
+fn cmsgs(ctrl: &[u64], len: usize) -> Cmsgs {
     // struct cmsghdr { size_t len; int level; int type; } then the data.
     let bytes: &[u8] = bytemuck_u64(ctrl);
+    let mut out = Cmsgs::default();
     let mut at = 0usize;
     let hdr = std::mem::size_of::<libc::cmsghdr>();
+    let word = |at: usize, n: usize| bytes.get(at..at + n);
     while at + hdr <= len.min(bytes.len()) {
-        let clen = usize::from_ne_bytes(bytes[at..at + 8].try_into().ok()?);
-        let level = i32::from_ne_bytes(bytes[at + 8..at + 12].try_into().ok()?);
-        let ty = i32::from_ne_bytes(bytes[at + 12..at + 16].try_into().ok()?);
+        let (Some(l), Some(lv), Some(t)) = (word(at, 8), word(at + 8, 4), word(at + 12, 4)) else {
+            break;
+        };
+        let clen = usize::from_ne_bytes(l.try_into().unwrap_or_default());
+        let level = i32::from_ne_bytes(lv.try_into().unwrap_or_default());
+        let ty = i32::from_ne_bytes(t.try_into().unwrap_or_default());
         if clen < hdr || at + clen > bytes.len() {
-            return None;
+            break;
         }
-        if level == libc::SOL_UDP && ty == libc::UDP_GRO && clen >= hdr + 4 {
-            let v = i32::from_ne_bytes(bytes[at + hdr..at + hdr + 4].try_into().ok()?);
-            return usize::try_from(v).ok();
+        let data = &bytes[at + hdr..at + clen];
+        if level == libc::SOL_UDP && ty == libc::UDP_GRO && data.len() >= 4 {
+            let v = i32::from_ne_bytes(data[..4].try_into().unwrap_or_default());
+            out.gro_segment = usize::try_from(v).ok();
+        } else if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS && data.len() >= 16 {
+            // struct timespec { time_t tv_sec; long tv_nsec; } (64-bit).
+            let sec = i64::from_ne_bytes(data[..8].try_into().unwrap_or_default());
+            let nsec = i64::from_ne_bytes(data[8..16].try_into().unwrap_or_default());
+            out.stamp_ns = (sec as u64)
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(nsec as u64);
         }
         at += (clen + 7) & !7;
     }
-    None
+    out
 }
 
 fn bytemuck_u64(v: &[u64]) -> &[u8] {
@@ -560,6 +588,13 @@ impl UdpIo {
             }
         };
         (bytes, rx.from, rx.truncated)
+    }
+
+    /// The kernel's receive stamp of segment `i` of the last batch (its
+    /// datagram's: merged segments share it), CLOCK_REALTIME ns; 0 when
+    /// not asked for.
+    pub fn rx_stamp(&self, i: usize) -> u64 {
+        self.rx[self.segs[i].msg as usize].stamp_ns
     }
 
     /// Where segment `i` of the last batch landed (`None`: whole in a

@@ -3,6 +3,9 @@
 
 use std::os::fd::RawFd;
 
+use std::sync::Arc;
+
+use super::latency::Histogram;
 use super::BackendCounters;
 use crate::config::ConnectParams;
 use crate::error::Result;
@@ -18,6 +21,9 @@ pub(crate) struct Completion {
     pub slot: u32,
     /// What happened.
     pub kind: CompletionKind,
+    /// The kernel's receive stamp of the message's last packet,
+    /// CLOCK_REALTIME ns (0: not measured).
+    pub rx_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +87,19 @@ pub(crate) trait Backend: Send {
     /// Where its own counters can be read from any thread (none by default).
     fn counters(&self) -> BackendCounters {
         BackendCounters::None
+    }
+    /// Measures the ACK turnaround into `turnaround` and stamps completions
+    /// (`Completion::rx_ns`) from now on; an error when the transport
+    /// cannot (the verbs backend: the NIC ACKs, and stamps nothing the
+    /// host clock can compare with).
+    fn measure_latency(&mut self, turnaround: Arc<Histogram>) -> Result<()> {
+        let _ = turnaround;
+        Err(crate::error::Error::new(
+            crate::error::ErrorKind::Unsupported,
+            "measure_latency: this backend cannot measure latency (the verbs backend's NIC ACKs \
+             in hardware and stamps no receive with the host clock); use the soft backend or \
+             leave measure_latency off",
+        ))
     }
     /// Packets seen so far, for the link's "time since the last packet"
     /// (a backend that sees only completions keeps 0: the core stamps those).

@@ -43,6 +43,7 @@ impl Backend for RingSource {
             };
             self.imm = self.imm.wrapping_add(1 << 8);
             out.push(Completion {
+                rx_ns: 0,
                 slot,
                 kind: CompletionKind::Recv {
                     len: self.len,

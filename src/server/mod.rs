@@ -11,6 +11,7 @@ mod backend;
 pub(crate) mod bench;
 mod frame;
 mod judge;
+pub(crate) mod latency;
 mod release;
 mod slab;
 mod spin;
@@ -36,6 +37,8 @@ use crate::wire::MASK_24;
 
 pub(crate) use backend::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
 pub use frame::Frame;
+use latency::Histogram;
+pub use latency::Latency;
 pub(crate) use slab::Slab;
 pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters};
 pub use stats::{BackendStats, LinkState, SoftStats, Stats};
@@ -72,6 +75,8 @@ struct PendingFrame {
     gen: u32,
     len: u32,
     imm: Option<u32>,
+    /// The kernel's receive stamp of its last packet (0: not measured).
+    rx_ns: u64,
 }
 
 /// The state shared by the server handle, its receive thread and its loans.
@@ -107,6 +112,10 @@ pub struct ServerCore {
     exited: Mutex<Option<End>>,
     exited_cv: Condvar,
     activity: Activity,
+    /// The soft backend's ACK turnaround (its receive thread records).
+    turnaround: Arc<Histogram>,
+    /// Kernel receive stamp to the callback's entry or the poll's return.
+    delivery: Histogram,
     #[cfg(test)]
     test_hooks: tests::Hooks,
 }
@@ -142,7 +151,11 @@ impl ServerCore {
     ) -> Result<Arc<ServerCore>> {
         cfg.validate()?;
         let slab = Arc::new(Slab::new(cfg.max_payload, cfg.rx_queue_depth)?);
-        let backend = make_backend(&slab)?;
+        let mut backend = make_backend(&slab)?;
+        let turnaround = Arc::new(Histogram::default());
+        if cfg.measure_latency {
+            backend.measure_latency(Arc::clone(&turnaround))?;
+        }
         let info = backend.info();
         let host = HostParams {
             qpn: info.qpn,
@@ -195,6 +208,8 @@ impl ServerCore {
             exited: Mutex::new(None),
             exited_cv: Condvar::new(),
             activity: Activity::new(),
+            turnaround,
+            delivery: Histogram::default(),
             #[cfg(test)]
             test_hooks: Default::default(),
         }))
@@ -229,6 +244,8 @@ impl ServerCore {
             since_last_packet,
             since_last_frame,
             backend: self.backend_counters.snapshot(),
+            ack_turnaround: self.turnaround.snapshot(),
+            delivery_latency: self.delivery.snapshot(),
             ..counters
         }
     }
@@ -435,7 +452,11 @@ impl ServerCore {
     }
 
     /// The loan of a frame taken from the pull queue.
+    /// A frame taken from the pull queue: its delivery latency ends here.
     fn queued_frame(self: &Arc<Self>, p: PendingFrame) -> Frame {
+        if p.rx_ns != 0 {
+            self.delivery.since(p.rx_ns, latency::now_ns());
+        }
         Frame {
             core: Some(Arc::clone(self)),
             slot: p.slot,

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::Latency;
+
 /// Live counters (`$live`, atomics) and their snapshot (`$snap`, with any
 /// extra fields, filled by the caller).
 macro_rules! counters {
@@ -86,6 +88,14 @@ counters! {
     since_last_frame: Option<Duration>,
     /// The backend's own counters.
     backend: BackendStats,
+    /// soft: from the kernel's receive stamp of each packet that asked for
+    /// an ACK to the ACK that covers it leaving (`sendmmsg` returned). All 0
+    /// unless `ServerConfig::measure_latency`; verbs: 0 (the NIC ACKs).
+    ack_turnaround: Latency,
+    /// From the kernel's receive stamp of a frame's last packet to the
+    /// frame callback's entry or the poll's return (soft; all 0 unless
+    /// `ServerConfig::measure_latency`; verbs: 0).
+    delivery_latency: Latency,
 }
 
 /// The link's state, as an operator reads it (C: `ROCEV2_LINK_*`).

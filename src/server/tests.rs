@@ -64,7 +64,11 @@ impl Backend for MemBackend {
                 }
                 Incoming::Raw(k) => k,
             };
-            out.push(Completion { slot, kind });
+            out.push(Completion {
+                slot,
+                kind,
+                rx_ns: 0,
+            });
         }
         Ok(())
     }
@@ -102,6 +106,7 @@ impl Harness {
             spin_us: 0,
             stop_timeout_ms: 300,
             cpu_affinity,
+            measure_latency: false,
         };
         let wire = Arc::new(Mutex::new(Wire::default()));
         let notify = Arc::new(EventFd::new().unwrap());

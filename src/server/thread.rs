@@ -301,7 +301,7 @@ impl ServerCore {
                 repost.push(c.slot);
                 continue;
             }
-            self.deliver(c.slot, len, imm, callback, cores)?;
+            self.deliver(c, len, imm, callback, cores)?;
             queued += callback.is_none() as usize;
         }
         self.wake_pullers(queued);
@@ -329,12 +329,13 @@ impl ServerCore {
     /// clone), or the pull queue.
     fn deliver(
         self: &Arc<Self>,
-        slot: u32,
+        c: &Completion,
         len: u32,
         imm: Option<u32>,
         callback: &mut Option<FrameCallback>,
         cores: &mut Vec<Arc<ServerCore>>,
     ) -> Result<()> {
+        let slot = c.slot;
         let Some(gen) = self.slab.loan(slot) else {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -353,6 +354,7 @@ impl ServerCore {
                     gen,
                     len,
                     imm,
+                    rx_ns: c.rx_ns,
                 });
             // Waiting pollers are woken once for the batch (`wake_pullers`).
             return Ok(());
@@ -364,6 +366,9 @@ impl ServerCore {
             len,
             imm,
         };
+        if c.rx_ns != 0 {
+            self.delivery.since(c.rx_ns, latency::now_ns());
+        }
         if catch_unwind(AssertUnwindSafe(|| cb(frame))).is_err() {
             bump(&self.counters.callback_panics, 1);
             log::error!("frame callback panicked (slot={slot}); frame released");

@@ -39,6 +39,7 @@ use crate::config::{ConnectParams, IcrcCheck, SoftConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::net::{self, Landing, UdpIo};
+use crate::server::latency::{self, Histogram};
 use crate::server::Slab;
 use crate::server::{
     Backend, BackendCounters, BackendInfo, Completion, CompletionKind, SoftCounters, POLL_BATCH,
@@ -71,6 +72,7 @@ pub struct SoftDevice {
     bind: SocketAddrV4,
     peer_udp_port: u16,
     icrc_check: IcrcCheck,
+    busy_poll_us: u32,
 }
 
 impl SoftDevice {
@@ -101,6 +103,7 @@ impl SoftDevice {
             bind: SocketAddrV4::new(ip, cfg.udp_port),
             peer_udp_port: cfg.peer_udp_port,
             icrc_check: cfg.icrc_check,
+            busy_poll_us: cfg.busy_poll_us,
         })
     }
     /// Display name.
@@ -189,6 +192,11 @@ pub(crate) struct SoftBackend {
     /// was read (and packets received by then).
     idle_polls: u32,
     drops_read_at: (std::time::Instant, u64),
+    /// Latency measured (`ServerConfig::measure_latency`): where the ACK
+    /// turnaround goes, and the receive stamps of the packets that asked
+    /// for an ACK not sent yet.
+    turnaround: Option<Arc<Histogram>>,
+    ack_due: Vec<u64>,
 }
 
 impl SoftBackend {
@@ -232,6 +240,9 @@ impl SoftBackend {
         if (!captured || captured_lo) && !io.enable_gro() {
             log::info!("soft backend {local}: UDP GRO unavailable: one packet per datagram");
         }
+        if dev.busy_poll_us > 0 {
+            set_busy_poll(&mut io, local, dev.busy_poll_us);
+        }
         Ok(SoftBackend {
             io,
             local,
@@ -250,6 +261,8 @@ impl SoftBackend {
             replan: true,
             idle_polls: 0,
             drops_read_at: (std::time::Instant::now(), 0),
+            turnaround: None,
+            ack_due: Vec::new(),
         })
     }
 
@@ -334,6 +347,9 @@ impl SoftBackend {
         }
         match verdict {
             Verdict::Place { slot, offset, done } => {
+                if req.bth.ack_req && self.turnaround.is_some() {
+                    self.ack_due.push(self.io.rx_stamp(i));
+                }
                 self.place(batch, i, req.landed, slot, offset)?;
                 self.io.note_placed(i, offset > 0);
                 let head = req.bth.opcode.header_len() as u32;
@@ -344,7 +360,12 @@ impl SoftBackend {
                         len: d.len,
                         imm: d.imm,
                     };
-                    out.push(Completion { slot: d.slot, kind });
+                    let rx_ns = self.io.rx_stamp(i);
+                    out.push(Completion {
+                        slot: d.slot,
+                        kind,
+                        rx_ns,
+                    });
                 }
             }
             // A partial message was discarded with it.
@@ -480,6 +501,7 @@ impl SoftBackend {
             (0, Some(p)) => p,
             (0, None) => {
                 // Nothing from the FPGA's stream yet: nowhere to reply.
+                self.ack_due.clear();
                 let dropped = link.resp.take_replies().count();
                 if dropped > 0 {
                     log::debug!("{dropped} replies dropped: no packet of the stream seen yet");
@@ -513,6 +535,13 @@ impl SoftBackend {
         let dst = SocketAddrV4::new(link.peer_ip, port);
         let sent = self.io.send_to(dst, &self.tx[..used])?;
         self.own.packets_tx += sent as u64;
+        if let (Some(h), false) = (&self.turnaround, self.ack_due.is_empty()) {
+            let now = latency::now_ns();
+            for &rx_ns in &self.ack_due {
+                h.since(rx_ns, now);
+            }
+            self.ack_due.clear();
+        }
         if sent < used {
             log::debug!(
                 "{} of {used} replies not sent (socket buffer full)",
@@ -547,6 +576,24 @@ impl SoftBackend {
         for (counter, value) in all {
             counter.store(value, Ordering::Relaxed);
         }
+    }
+}
+
+/// Sets busy polling on the backend's socket; logs what the kernel refused,
+/// once, with what it means.
+fn set_busy_poll(io: &mut UdpIo, local: SocketAddrV4, us: u32) {
+    let refused = io.set_busy_poll(us);
+    if refused.is_empty() {
+        log::info!("soft backend {local}: busy polling the NIC's queue up to {us} us (SO_BUSY_POLL, SO_PREFER_BUSY_POLL)");
+        return;
+    }
+    for e in refused {
+        log::warn!(
+            "soft backend {local}: busy_poll_us {us}: the kernel refused {} (SO_BUSY_POLL \
+             needs Linux >= 6.4 or CAP_NET_ADMIN; SO_PREFER_BUSY_POLL needs CAP_NET_ADMIN): \
+             the socket is read without it",
+            e.message()
+        );
     }
 }
 
@@ -694,5 +741,17 @@ impl Backend for SoftBackend {
 
     fn packets_seen(&self) -> u64 {
         self.own.packets_rx
+    }
+
+    fn measure_latency(&mut self, turnaround: Arc<Histogram>) -> Result<()> {
+        self.io.enable_rx_timestamps()?;
+        self.ack_due.reserve(POLL_BATCH * 2);
+        self.turnaround = Some(turnaround);
+        log::info!(
+            "soft backend {}: measuring latency (kernel receive stamps, SO_TIMESTAMPNS): ACK \
+             turnaround and frame delivery",
+            self.local
+        );
+        Ok(())
     }
 }

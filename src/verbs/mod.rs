@@ -603,7 +603,11 @@ impl Backend for VerbsBackend {
                     code: wc.status,
                 }
             };
-            out.push(Completion { slot, kind });
+            out.push(Completion {
+                slot,
+                kind,
+                rx_ns: 0,
+            });
         }
         Ok(())
     }

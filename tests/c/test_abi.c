@@ -51,6 +51,26 @@ static void older_caller_init_writes_only_its_size(void) {
     CHECK(strstr(last(), "rocev2_server_config_init") != NULL);
     CHECK(rocev2_server_config_init((rocev2_server_config*)buf, 2) == ROCEV2_ERR_INVALID_ARGUMENT);
     CHECK(canary_intact(buf, cut, sizeof buf));
+    /* A 2.2 caller (before measure_latency / busy_poll_us) is accepted, the
+     * new fields at their defaults. */
+    size_t s22 = offsetof(rocev2_server_config, measure_latency);
+    CHECK_OK(rocev2_server_config_init((rocev2_server_config*)buf, s22));
+    CHECK_OK(rocev2_server_config_check(sc));
+    rocev2_device_config dc;
+    CHECK_OK(rocev2_device_config_init(&dc, sizeof dc));
+    CHECK(dc.busy_poll_us == 0);
+    dc.struct_size = (uint32_t)offsetof(rocev2_device_config, busy_poll_us);
+    dc.name = "soft";
+    dc.udp_port = 0;
+    rocev2_device* dev = NULL;
+    CHECK_OK(rocev2_device_open(&dc, &dev));
+    rocev2_device_close(dev);
+    /* measure_latency is a flag: 0 or 1. */
+    rocev2_server_config bad;
+    CHECK_OK(rocev2_server_config_init(&bad, sizeof bad));
+    bad.measure_latency = 2;
+    CHECK(rocev2_server_config_check(&bad) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last(), "measure_latency") != NULL);
 }
 
 static void older_caller_output_structs_cut_short(rocev2_server* srv) {
@@ -188,6 +208,14 @@ static void stats_grew_in_2_1(rocev2_server* srv) {
     CHECK(((rocev2_stats*)sb)->struct_size == v21);
     CHECK(((rocev2_stats*)sb)->peer_restarts == 0);
     CHECK(canary_intact(sb, v21, sizeof sb));
+    /* ABI 2.3 grew it again (latency): a 2.2 caller's struct ends before it. */
+    size_t v22 = offsetof(rocev2_stats, ack_turnaround_count);
+    memset(sb, 0xA5, sizeof sb);
+    ((rocev2_stats*)sb)->struct_size = (uint32_t)v22;
+    CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));
+    CHECK(((rocev2_stats*)sb)->struct_size == v22 && ((rocev2_stats*)sb)->naps == 0);
+    CHECK(canary_intact(sb, v22, sizeof sb));
+    CHECK(st.ack_turnaround_count == 0 && st.delivery_count == 0); /* not measured */
     CHECK(rocev2_server_end_cause(srv, NULL, 0) == 0); /* created: nothing ended */
     char cause[8] = "x";
     CHECK(rocev2_server_end_cause(NULL, cause, sizeof cause) == 0);

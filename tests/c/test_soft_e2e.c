@@ -66,6 +66,7 @@ static rocev2_server* make_server(rocev2_device** dev, uint32_t depth) {
     sc.max_payload = 4096;
     sc.rx_queue_depth = depth;
     sc.spin_us = 0;
+    sc.measure_latency = 1; /* 2.3: the latency histograms in rocev2_stats */
     rocev2_server* srv = NULL;
     CHECK_OK(rocev2_server_create(*dev, &sc, &srv));
     uint8_t gid[16];
@@ -159,6 +160,11 @@ static void test_callback_mode_with_faults(void) {
     CHECK(s.payload_direct + s.payload_copied == (uint64_t)N);
     CHECK(s.payload_direct > 0 && s.icrc_errors == 0);
     CHECK(s.icrc_checked + s.icrc_unchecked == s.packets_rx); /* auto: checked when allowed */
+    /* 2.3, measure_latency: one delivery sample per frame, one turnaround
+     * sample per AckReq packet taken in sequence (one per 1000 B message). */
+    CHECK(s.delivery_count == (uint64_t)N && s.ack_turnaround_count == (uint64_t)N);
+    CHECK(s.delivery_p50_ns > 0 && s.delivery_p50_ns <= s.delivery_p99_ns);
+    CHECK(s.ack_turnaround_p99_ns <= s.ack_turnaround_p999_ns && s.ack_turnaround_max_ns > 0);
     /* A short stats struct gets a prefix. */
     rocev2_stats small = {.struct_size = sizeof small};
     memset(&small, 0xff, sizeof small);

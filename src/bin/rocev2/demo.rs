@@ -49,6 +49,9 @@ pub struct DemoArgs {
     /// Received ICRCs: auto checks them by raw capture when allowed (CAP_NET_RAW), else counts them unchecked; require fails without CAP_NET_RAW
     #[arg(long, value_name = "MODE", default_value = "auto")]
     icrc_check: IcrcArg,
+    /// The emulator waits for ACKs as surf's engine does: with its window full it busy-polls its socket instead of sleeping in poll() (a core kept busy while streaming), so the run measures the host's turnaround, not the emulator's wake-ups
+    #[arg(long)]
+    busy_wait: bool,
 }
 
 /// Checks frames in order against the emulator's pattern.
@@ -116,6 +119,8 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
     let cfg = ServerConfig {
         max_payload: a.shape.size,
         rx_queue_depth: a.depth,
+        // The summary prints the ACK turnaround and the delivery latency.
+        measure_latency: true,
         ..Default::default()
     };
     let server = Server::create(&dev, &cfg).map_err(&e)?;
@@ -123,6 +128,7 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
     let mut ecfg = EmulatorConfig::for_server(&hp).map_err(&e)?;
     ecfg.pmtu = args::mtu(a.shape.pmtu);
     ecfg.faults = a.faults.faults();
+    ecfg.busy_wait = a.busy_wait;
     if a.faults.any() {
         ecfg.timeout_code = 12;
     }
@@ -267,6 +273,11 @@ fn report(
         "payload copies   : {} packets received straight into their slot, {} copied (missed landing guess); \
          ICRC {} checked, {} unchecked",
         s.soft().payload_direct, s.soft().payload_copied, s.soft().icrc_checked, s.soft().icrc_unchecked
+    )?;
+    outln!(
+        "latency          : ACK turnaround {}; delivery {} (kernel receive stamp to the callback)",
+        s.ack_turnaround,
+        s.delivery_latency
     )?;
     if s.soft().icrc_errors > 0 {
         outln!(

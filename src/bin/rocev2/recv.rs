@@ -99,6 +99,12 @@ pub struct RecvArgs {
     /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops, peer restarts, the link's state and the time since its last packet
     #[arg(long, value_name = "S", value_parser = args::seconds)]
     stats_interval: Option<f64>,
+    /// Measure the ACK turnaround and the frame delivery latency (soft; kernel receive stamps): p50/p99/p99.9 in the --stats-interval lines and the final JSON
+    #[arg(long)]
+    measure_latency: bool,
+    /// soft: busy-poll the NIC's receive queue up to US microseconds on an empty socket (SO_BUSY_POLL; does nothing on loopback; README "Tuning a NIC for the soft backend") [default: 0, off]
+    #[arg(long, value_name = "US", default_value = "0", value_parser = num::<u32>(0, 1_000_000))]
+    busy_poll_us: u32,
 }
 
 pub fn run(a: RecvArgs) -> Outcome {
@@ -126,6 +132,7 @@ pub fn run(a: RecvArgs) -> Outcome {
             udp_port: a.port,
             peer_udp_port: a.peer_port,
             icrc_check: a.icrc_check.into(),
+            busy_poll_us: a.busy_poll_us,
         }
         .into(),
         name => VerbsConfig {
@@ -141,6 +148,7 @@ pub fn run(a: RecvArgs) -> Outcome {
         rx_queue_depth: a.depth,
         spin_us: a.spin_us,
         cpu_affinity: a.cpu,
+        measure_latency: a.measure_latency,
         ..Default::default()
     };
     let server = Server::create(&dev, &cfg).map_err(&e)?;
@@ -306,7 +314,7 @@ impl Ticker {
         while self.next <= now {
             self.next += self.every;
         }
-        format!(
+        let mut line = format!(
             "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
              seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
              link {}, last packet {}",
@@ -322,7 +330,14 @@ impl Ticker {
                 "{:.1} s ago",
                 d.as_secs_f64()
             ))
-        )
+        );
+        if s.ack_turnaround.count + s.delivery_latency.count > 0 {
+            line += &format!(
+                "  ACK turnaround {}  delivery {}",
+                s.ack_turnaround, s.delivery_latency
+            );
+        }
+        line
     }
 }
 
@@ -420,6 +435,17 @@ fn summary(
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
         "parks": s.parks, "naps": s.naps,
     });
+    for (key, l) in [
+        ("ack_turnaround", s.ack_turnaround),
+        ("delivery_latency", s.delivery_latency),
+    ] {
+        if l.count > 0 {
+            v[key] = json!({
+                "count": l.count, "p50_ns": l.p50_ns, "p99_ns": l.p99_ns, "p999_ns": l.p999_ns,
+                "max_ns": l.max_ns,
+            });
+        }
+    }
     if let Some(w) = rec {
         v["recorded"] = json!(w.records);
         v["recorded_skipped_empty"] = json!(w.skipped_empty);
