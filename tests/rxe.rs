@@ -117,6 +117,14 @@ fn rogue_equivalent_device_tests() {
     // Queue deeper than the device allows: a clear error.
     let e = Server::create(&dev, &server_cfg(65536, 64)).err().unwrap();
     assert!(e.message().contains("max_qp_wr"), "{e}");
+    // Latency is measured on soft only (the NIC ACKs): refused, named.
+    let cfg = ServerConfig {
+        measure_latency: true,
+        ..server_cfg(8, 4096)
+    };
+    let e = Server::create(&dev, &cfg).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.message().contains("measure_latency"), "{e}");
 }
 
 #[test]
