@@ -804,22 +804,22 @@ fn demo_stops_cleanly_on_sigint_with_exit_130() {
     );
 }
 
-/// The exit-code table in the README's CLI section is the one `--help`
-/// shows (clap's wrapping aside).
+/// The exit-code table in the user guide's CLI page (docs/cli.md) is the
+/// one `--help` shows (clap's wrapping aside).
 #[test]
-fn the_readme_exit_codes_are_the_help_exit_codes() {
+fn the_documented_exit_codes_are_the_help_exit_codes() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
     let at = readme
         .find("\nExit codes:\n")
-        .expect("an exit-code table in README.md");
+        .expect("an exit-code table in docs/cli.md");
     let table = &readme[at..];
     let table = &table[..table.find("```").expect("the table's closing fence")];
     for args in [&["--help"][..], &["recv", "--help"], &["demo", "--help"]] {
         let help = text(&run(args).stdout);
         assert!(
             unwrapped(&help).contains(&unwrapped(table)),
-            "{args:?}: README.md:\n{table}\nhelp:\n{help}"
+            "{args:?}: docs/cli.md:\n{table}\nhelp:\n{help}"
         );
     }
 }

@@ -227,7 +227,7 @@ def log_once_one_thread():
     lines = [m.group(1) for m in re.finditer(r"^\d+\.\d+:(.*)$", text, re.M)]
     twice = sorted({line for line in lines if lines.count(line) > 1})
     assert not twice, f"logged more than once: {twice}"
-    for want in ("RC QP ready", "FPGA GID stored", "soft RoCEv2 backend: bind"):
+    for want in ("RC QP ready", "FPGA GID stored", "Opened RoCEv2 device 'soft'"):
         assert sum(want in line for line in lines) == 1, (want, lines)
     assert "threads named RoCEv2Server: 1" in text, text
     print(f"bring-up: {len(lines)} log lines, each once; one thread named RoCEv2Server")

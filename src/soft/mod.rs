@@ -92,7 +92,7 @@ impl SoftDevice {
             ));
         }
         log::info!(
-            "soft RoCEv2 backend: bind {ip}:{} (ACKs to FPGA port {})",
+            "Opened RoCEv2 device 'soft' (userspace backend): bind {ip}:{} (ACKs to FPGA port {})",
             cfg.udp_port,
             match cfg.peer_udp_port {
                 0 => "= each packet's source port".to_string(),

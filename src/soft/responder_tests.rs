@@ -483,7 +483,7 @@ fn a_window_of_four_engine_messages_is_acked_at_the_batch_end() {
 
 #[test]
 fn after_an_invalid_request_the_responder_stays_usable() {
-    // The chosen policy (README "soft"): NAK, drop the partial message, then
+    // The chosen policy (docs/concepts.md, "soft"): NAK, drop the partial message, then
     // accept the next in-sequence message, where rxe would enter the error state.
     let mut r = resp(100, 4);
     assert!(matches!(

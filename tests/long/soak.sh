@@ -1,5 +1,5 @@
 #!/bin/bash
-# Long soak of the soft backend (not in CI; see README "Tests"): one
+# Long soak of the soft backend (not in CI; see docs/testing.md): one
 # `rocev2 recv --verify` server process, fed for DURATION seconds by
 # successive `rocev2 fpga-sim` runs of CHUNK frames with mixed faults
 # (drop, duplicate, reorder, corrupt), each run a fresh emulator at the

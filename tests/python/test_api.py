@@ -132,7 +132,7 @@ def test_device_errors_carry_rogue_texts():
 
 
 def test_naming_a_device_says_what_is_missing_before_gid_detection():
-    # The README's call (gidIndex auto-detected): on a host without RDMA the
+    # docs/python.md's call (gidIndex auto-detected): on a host without RDMA the
     # error is the device's, not a failed GID detection.
     devices = rocev2.list_devices()
     with pytest.raises(Rocev2Error) as e:

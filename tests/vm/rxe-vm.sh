@@ -51,7 +51,7 @@ flock 9
 # What the VM needs from apt, and why. Nothing already installed is removed or
 # replaced: apt-get runs with --no-remove on the missing packages only. What
 # they depend on may be upgraded (rdma-core pulls in udev, which upgrades
-# systemd's libraries on a fresh Debian 12 machine): README, set-up table.
+# systemd's libraries on a fresh Debian 12 machine): docs/install.md, the set-up table.
 NEED="busybox-static cpio kmod xz-utils binutils iproute2 rdma-core ibverbs-providers"
 QEMU_DEBS="qemu-system-x86 qemu-system-common qemu-system-data seabios ipxe-qemu"
 missing_of() {

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// What the process exit code means (documented in `--help` and the README).
+/// What the process exit code means (documented in `--help` and docs/cli.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Everything asked for was done.

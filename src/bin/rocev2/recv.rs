@@ -69,7 +69,7 @@ pub struct RecvArgs {
     /// Bytes per receive slot: the largest frame the FPGA may send
     #[arg(long, value_name = "BYTES", default_value = "9000", value_parser = num::<u32>(1, MAX_PAYLOAD))]
     max_payload: u32,
-    /// Longest the receive thread busy-polls an idle link before it blocks, in microseconds (adaptive below it; on a paced link, where spinning brings no more frames, it naps instead: README, "Waiting: spin, nap, park"). 0 never spins or naps: it blocks at once
+    /// Longest the receive thread busy-polls an idle link before it blocks, in microseconds (adaptive below it; on a paced link, where spinning brings no more frames, it naps instead: docs/concepts.md, "Waiting: spin, nap, park"). 0 never spins or naps: it blocks at once
     #[arg(long, value_name = "US", default_value = "50", value_parser = num::<u32>(0, 1_000_000))]
     spin_us: u32,
     /// Pin the receive thread to this CPU [default: not pinned]
