@@ -32,6 +32,7 @@ helpers), ``_config`` (:class:`ServerCfg`, :class:`TransportCfg`), ``_frames``
 from __future__ import annotations
 
 import ctypes
+import typing
 
 # Besides the public names (__all__), kept importable as before the split: the C
 # ABI version this binding speaks, rocev2_frame's flag, and what the tests
@@ -58,8 +59,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> ctypes.CDLL:
-    # ``rocev2.library``: the ctypes handle, loaded on first access (PEP 562).
-    if name == "library":
-        return _lib()
-    raise AttributeError(f"module 'rocev2' has no attribute {name!r}")
+if typing.TYPE_CHECKING:
+    library: ctypes.CDLL  # (a type checker sees no other dynamic attribute)
+else:
+    def __getattr__(name: str) -> ctypes.CDLL:
+        # ``rocev2.library``: the ctypes handle, loaded on first access (PEP 562).
+        if name == "library":
+            return _lib()
+        raise AttributeError(f"module 'rocev2' has no attribute {name!r}")

@@ -12,7 +12,7 @@ build=$(cd "$build" && pwd)
 rm -rf "$build/dist" "$build/venv-sdist"
 quietly "$TOOLS/python" -m build --sdist -o "$build/dist" "$ROOT/python"
 sdist=$(ls "$build"/dist/rocev2-*.tar.gz)
-version=$("$TOOLS/python" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["package"]["version"])' "$ROOT/Cargo.toml")
+version=$(sed -n '/^\[package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$ROOT/Cargo.toml")
 "$TOOLS/python" - "$sdist" "$version" "$ROOT" <<'PY'
 import os, sys, tarfile
 sdist, version, root = sys.argv[1:]
@@ -46,3 +46,7 @@ assert os.path.exists(os.path.join(here, "py.typed"))
 rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft")  # validated by the bundled library
 print(f"sdist install: rocev2 {rocev2.__version__} imports, its bundled library {rocev2.library._name}")
 PY
+# PEP 561: a consumer type-checks against the installed package (its py.typed).
+echo "==> mypy --strict examples/python/stream.py against the installed package (PEP 561)" >&2
+"$TOOLS/mypy" --strict --no-incremental --python-executable "$build/venv-sdist/bin/python" \
+    "$ROOT/examples/python/stream.py"
