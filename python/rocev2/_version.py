@@ -1,7 +1,8 @@
 """``rocev2.__version__``: the crate's version (Cargo.toml's [package] version),
 the one source of the package's version. An installed package has it
 written here by setup.py's build step; in a source checkout (python/ on
-sys.path) it is read from the Cargo.toml two directories up."""
+sys.path) it is read from the Cargo.toml two directories up (a copy of the
+package away from both: its distribution's version, else "0+unknown")."""
 from __future__ import annotations
 
 import os
@@ -19,5 +20,15 @@ def _from_cargo_toml(path: str) -> str:
     return found.group(1)
 
 
-__version__: str = _from_cargo_toml(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Cargo.toml"))
+def _source_version() -> str:
+    try:
+        return _from_cargo_toml(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "Cargo.toml"))
+    except OSError:
+        import importlib.metadata
+        try:
+            return importlib.metadata.version("rocev2")
+        except importlib.metadata.PackageNotFoundError:
+            return "0+unknown"
+
+
+__version__: str = _source_version()
