@@ -198,12 +198,27 @@ def test_the_installed_package_bundles_its_library():
     assert not pkg.startswith(os.path.join(root, "python")), f"{pkg} is the source tree"
     assert os.path.dirname(rocev2.library._name) == pkg
     files = sorted(f for f in os.listdir(pkg) if f != "__pycache__")
-    assert files == ["__init__.py", "librocev2.abi3.so"], files
+    # The source tree's modules and py.typed (PEP 561), and the library.
+    source = [f for f in os.listdir(os.path.join(root, "python", "rocev2")) if f != "__pycache__"]
+    assert files == sorted(source + ["librocev2.abi3.so"]), files
     # libibverbs stays a system library: linked by SONAME, never bundled.
     with open(rocev2.library._name, "rb") as f:
         assert b"libibverbs.so.1" in f.read()
     import importlib.metadata
     assert rocev2.version() == importlib.metadata.version("rocev2")
+
+
+def test_version_is_the_crates():
+    """rocev2.__version__: the crate's version (Cargo.toml, the one source),
+    the library's, and (installed) the distribution's."""
+    tomllib = pytest.importorskip("tomllib")
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "Cargo.toml"), "rb") as f:
+        crate = tomllib.load(f)["package"]["version"]
+    assert rocev2.__version__ == crate
+    assert rocev2.version() == crate
+    if os.environ.get("ROCEV2_TEST_INSTALLED") == "1":
+        import importlib.metadata
+        assert importlib.metadata.version("rocev2") == crate
 
 
 def test_status_constants_are_the_librarys():

@@ -1,0 +1,649 @@
+"""The receive server, its handles' lifecycle and per-channel views."""
+from __future__ import annotations
+
+import atexit
+import collections
+import ctypes
+import logging
+import math
+import sys
+import threading
+import time
+import typing
+import weakref
+
+from ._cdecl import (_FRAME_CB, _FRAME_RECORD, _STAT_FIELDS, _STAT_FIELDS_2_1, _STAT_FIELDS_2_2,
+                     _STRUCT_SIZE, _Batch, _DeviceConfig, _Frame, _HostParams, _Stats)
+from ._codes import LinkState, Mtu, _u32, validate_channel
+from ._config import _ICRC_CHECK, HostParams, ServerCfg, TransportCfg
+from ._errors import Rocev2Error, Status
+from ._frames import _HELD_EXPORT, Frame, _release_token, _SlabView
+from ._gid import detect_gid_index, ip_to_gid_bytes, parse_gid, host_ip_from_gid
+from ._loader import _answered, _check, _lib, _raw
+
+
+# The longest library wait: a wait for a frame is made of waits of at most
+# this, so that Python runs its signal handlers (Ctrl-C: KeyboardInterrupt)
+# in between. A frame that is there returns at once, whatever the slice.
+_SLICE_MS = 100
+
+
+def _first_wait(timeout: typing.Optional[float]) -> typing.Tuple[int, typing.Optional[float]]:
+    """A wait of ``timeout`` seconds (None: forever) in slices: the first
+    slice's milliseconds and the deadline for :func:`_next_wait`
+    (time.monotonic(); math.inf: none; None: the first slice is all)."""
+    if timeout is None:
+        return _SLICE_MS, math.inf
+    ms = max(0, int(timeout * 1000))
+    if ms <= _SLICE_MS:
+        return ms, None
+    return _SLICE_MS, time.monotonic() + timeout
+
+
+def _next_wait(deadline: typing.Optional[float]) -> typing.Optional[int]:
+    """The next slice's milliseconds before ``deadline``, None once it passed."""
+    if deadline is None:
+        return None
+    if deadline == math.inf:
+        return _SLICE_MS
+    left = deadline - time.monotonic()
+    return None if left <= 0 else min(_SLICE_MS, math.ceil(left * 1000))
+
+
+class _Handles:
+    """A server's library handles and the frame callback the library calls,
+    apart from the :class:`Server` so that its finalizer (weakref.finalize:
+    it must not refer to the server) closes them when the server is garbage
+    collected. ``srv`` and ``dev`` are the server's own c_void_p objects:
+    closing zeroes them in place, so the server sees itself closed.
+    ``rx_thread``: the receive thread, once a frame callback ran on it."""
+    __slots__ = ("srv", "dev", "cb", "rx_thread")
+    cb: typing.Any  # the frame callback's C function pointer
+    rx_thread: typing.Optional[int]
+
+    def __init__(self, srv: ctypes.c_void_p, dev: ctypes.c_void_p):
+        self.srv, self.dev, self.cb, self.rx_thread = srv, dev, None, None
+        _live.add(self)
+
+    def stop(self) -> None:
+        if self.srv:
+            _lib().rocev2_server_stop(self.srv)
+
+    def close(self) -> None:
+        """Destroys the server and closes the device (once: the finalizer
+        calls it). On the server's own receive thread (its frame callback
+        closed it, or dropped the last reference) the library's destroy must
+        not run: it stops (allowed there; the thread ends when the callback
+        returns) and leaves the rest to the next close on another thread."""
+        _live.discard(self)
+        srv, dev, cb = self.srv.value, self.dev.value, self.cb
+        self.srv.value = self.dev.value = self.cb = None
+        if srv and self.rx_thread == threading.get_ident():
+            _lib().rocev2_server_stop(srv)
+            _deferred.append((srv, dev, cb, self.rx_thread))
+            return
+        _destroy(srv, dev)
+        _reap()
+
+
+# Servers not yet closed (their handles), for the exit hook.
+_live: typing.Set[_Handles] = set()
+# Closed on their own receive thread, destroyed by the next close elsewhere:
+# (server, device, frame callback kept alive until then, receive thread).
+_deferred: typing.List[typing.Tuple[typing.Optional[int], typing.Optional[int], typing.Any, typing.Optional[int]]] = []
+
+
+def _destroy(srv: typing.Optional[int], dev: typing.Optional[int]) -> None:
+    if srv:
+        _lib().rocev2_server_destroy(srv)
+    if dev:
+        _lib().rocev2_device_close(dev)
+
+
+def _reap() -> None:
+    """Destroys the servers closed on their receive threads (but one whose
+    receive thread this is)."""
+    me = threading.get_ident()
+    for _ in range(len(_deferred)):
+        try:
+            entry = _deferred.pop(0)
+        except IndexError:
+            return
+        if entry[3] == me:
+            _deferred.append(entry)
+        else:
+            _destroy(entry[0], entry[1])
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """At interpreter exit, before it finalizes: stops every live server,
+    joining its receive thread, so no library thread calls into Python while
+    the interpreter finalizes (a frame callback entering then would end its
+    thread mid-call and abort the process). Stop, not destroy: a daemon
+    thread may still be inside a poll call; the process's end frees the rest."""
+    for h in list(_live):
+        try:
+            h.stop()
+        except Exception:
+            pass
+
+
+class Server:
+    """The RoCEv2 receive server (rogue ``rogue.protocols.rocev2.Server``).
+
+    ``Server(ServerCfg(...))`` opens the device (rogue's Core), creates the
+    server (QP in INIT) and sets the FPGA GID from ``cfg.ip``. Then
+    :meth:`get_host_params` (program the FPGA), optionally
+    :meth:`set_frame_callback`, :meth:`complete_connection`, and frames.
+
+    Close it with :meth:`close` (or ``with``); a server garbage collected
+    unclosed is closed then (its thread, sockets, port and memory freed), and
+    every live server is stopped at interpreter exit.
+    """
+
+    def __init__(self, cfg: ServerCfg):
+        self._cfg = cfg
+        self._dev = ctypes.c_void_p()
+        self._srv = ctypes.c_void_p()
+        self._cb_fn: typing.Optional[typing.Callable[[Frame], None]] = None
+        self._h = _Handles(self._srv, self._dev)
+        # close() or garbage collection; not at exit (_stop_all_at_exit stops).
+        self._closer = weakref.finalize(self, self._h.close)
+        self._closer.atexit = False
+        _reap()
+        # Frames poll(channel=...) took for other channels, kept for their
+        # readers as (arrival number, frame) per channel; at most _keep_max in
+        # all (half the receive queue), beyond which the oldest is released
+        # and counted (channel_drops): unread channels must not hold the slots.
+        self._lock = threading.Lock()
+        self._pending: typing.DefaultDict[int, typing.Deque[typing.Tuple[int, Frame]]] = \
+            collections.defaultdict(collections.deque)
+        self._kept = 0
+        self._arrivals = 0
+        self._keep_max = typing.cast(int, cfg.rxQueueDepth) // 2  # an int after ServerCfg.__post_init__
+        self._channel_drops = 0
+        # Kept for poll_frames / release_frames: rocev2_frame arrays (with
+        # their bytes) and token arrays, taken and put back (list.pop and
+        # append are atomic: threads polling at once each get their own),
+        # and the slab's view (per library handle).
+        self._batches: typing.List[_Batch] = []
+        self._token_arrays: typing.List[ctypes.Array[ctypes.c_uint64]] = []
+        self._slab: typing.Optional[_SlabView] = None
+        gid_index = cfg.gidIndex
+        if gid_index < 0:
+            if cfg.deviceName == "soft":
+                gid_index = 0
+            else:
+                detected = detect_gid_index(cfg.deviceName, cfg.ip, cfg.ibPort)
+                if detected is None:
+                    raise Rocev2Error(Status.NOT_FOUND, f"could not auto-detect a RoCE v2 IPv4 GID on "
+                                      f"{cfg.deviceName} matching {cfg.ip}'s subnet — pass "
+                                      f"gidIndex explicitly (see: ibv_devinfo -v -d {cfg.deviceName})")
+                gid_index = detected
+        self.gidIndex = gid_index
+        dc = _DeviceConfig()
+        _check(_lib().rocev2_device_config_init(ctypes.byref(dc), ctypes.sizeof(dc)))
+        dc.name = cfg.deviceName.encode()
+        dc.ib_port = cfg.ibPort
+        dc.gid_index = gid_index
+        dc.bind_addr = cfg.bindAddr.encode()
+        dc.udp_port = cfg.udpPort
+        dc.peer_udp_port = cfg.peerUdpPort
+        dc.icrc_check = _ICRC_CHECK[cfg.icrcCheck]
+        _check(_lib().rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
+        try:
+            sc = cfg._c_config()
+            _check(_lib().rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
+            self.setFpgaGid(ip_to_gid_bytes(cfg.ip))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------
+    def _handle(self) -> ctypes.c_void_p:
+        if not self._srv:
+            raise Rocev2Error(Status.STOPPED, "server is closed")
+        return self._srv
+
+    def setFpgaGid(self, gid: typing.Union[bytes, str]) -> None:
+        """FPGA GID: 16 bytes, or text (IPv4 / GID string)."""
+        raw = parse_gid(gid) if isinstance(gid, str) else bytes(gid)
+        if len(raw) != 16:
+            raise Rocev2Error(Status.INVALID_ARGUMENT, f"GID must be 16 bytes, got {len(raw)}")
+        _check(_lib().rocev2_server_set_fpga_gid(self._handle(), raw))
+
+    set_fpga_gid = setFpgaGid
+
+    def set_frame_callback(self, fn: typing.Callable[[Frame], None]) -> None:
+        """Calls ``fn(frame)`` on the receive thread for every frame (before
+        complete_connection). The frame is released when ``fn`` drops it."""
+        # The library holds the trampoline until the server is destroyed: it
+        # refers to the server weakly (and finds fn on it), so that the
+        # server can be garbage collected (and closed) meanwhile.
+        server, h, handle = weakref.ref(self), self._h, self._handle().value
+        is_finalizing = sys.is_finalizing
+
+        def trampoline(_user: typing.Optional[int], fp: typing.Any) -> None:
+            if is_finalizing():
+                return  # no Python code while the interpreter finalizes
+            if h.rx_thread is None:
+                h.rx_thread = threading.get_ident()
+            srv = server()
+            on_frame = srv._cb_fn if srv is not None else None
+            if srv is None or on_frame is None:  # being collected: give the frame back
+                _lib().rocev2_server_release(handle, fp.contents.token)
+                return
+            on_frame(Frame(srv, fp.contents, handle))
+        cb = _FRAME_CB(trampoline)
+        _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
+        h.cb = cb  # keep the C function pointer alive until the server is destroyed
+        self._cb_fn = fn
+
+    def completeConnection(self, fpgaQpn: int, fpgaRqPsn: typing.Optional[int] = None,
+                           pmtu: int = Mtu.MTU_4096, minRnrTimer: int = 12) -> None:
+        """INIT->RTR->RTS and start receiving. ``fpgaRqPsn`` defaults to the
+        host SQ PSN (surf programs the FPGA's send PSN with it)."""
+        pmtu, minRnrTimer = _u32(pmtu, "pmtu"), _u32(minRnrTimer, "minRnrTimer")
+        if fpgaRqPsn is None:
+            fpgaRqPsn = self.getSqPsn()
+        _check(_lib().rocev2_server_complete_connection(self._handle(), fpgaQpn, fpgaRqPsn,
+                                                         int(pmtu), int(minRnrTimer)))
+
+    def complete_connection(self, fpga_qpn: int, fpga_rq_psn: typing.Optional[int] = None,
+                            transport: typing.Optional[TransportCfg] = None) -> None:
+        """snake_case form taking a :class:`TransportCfg` (default: pmtu 4096, RNR 0.64 ms)."""
+        t = transport or TransportCfg()
+        self.completeConnection(fpga_qpn, fpga_rq_psn, t.pmtu, t.minRnrTimer)
+
+    def stop(self) -> None:
+        """Stops receiving (idempotent); loaned frames stay valid until released."""
+        if self._srv:
+            _check(_lib().rocev2_server_stop(self._srv))
+
+    def recreate(self) -> HostParams:
+        """The remedy after an FPGA reload when the server cannot follow it
+        (the verbs backend: the NIC ACKs the restarted stream as old
+        duplicates, see README "Operations"), or after the link went to the
+        error state: destroys this server and creates a new one with the same
+        configuration (a new QP with new PSNs, a new slab; the frame callback
+        registered again if one was set) and the same FPGA GID. Returns the
+        new host params: program the FPGA with them, then call
+        :meth:`complete_connection`. Frames still on loan from the old
+        server stay valid until released."""
+        fn = self._cb_fn
+        self.close()
+        self.__init__(self._cfg)  # type: ignore[misc]  # a new server in this object
+        if fn is not None:
+            self.set_frame_callback(fn)
+        return self.get_host_params()
+
+    def close(self) -> None:
+        """Stops and frees the server and device handles (idempotent; done on
+        garbage collection if not before). Frames still on loan stay valid
+        and release through the retired handle (the library keeps its memory
+        until the last one is released)."""
+        self._closer()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- frames ------------------------------------------------------------
+    def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
+        """One frame in slices of a wait (see :data:`_SLICE_MS`)."""
+        f = _Frame()
+        f.struct_size = ctypes.sizeof(f)
+        f.token = 0
+        ms: typing.Optional[int]
+        ms, deadline = _first_wait(timeout)
+        poll, ref = _lib().rocev2_server_poll_frame, ctypes.byref(f)
+        handle = None
+        try:
+            while True:
+                handle = self._handle().value  # closed meanwhile: Rocev2Error (STOPPED)
+                st = poll(handle, ms, ref)
+                if st != Status.TIMEOUT:
+                    break
+                ms = _next_wait(deadline)
+                if ms is None:
+                    return None
+            _check(st)
+            _answered(f, "rocev2_server_poll_frame")
+            return Frame(self, f, handle)
+        except BaseException:
+            # Interrupted (Ctrl-C) after the library lent a frame, before a
+            # Frame owned it: give it back. (Should the Frame have been made
+            # after all, its own release is refused: tokens carry a generation.)
+            if f.token:
+                _release_token(handle, f.token)
+            raise
+
+    def poll_frames(self, max_frames: int = 64,
+                    timeout: typing.Optional[float] = None) -> typing.List[Frame]:
+        """Up to ``max_frames`` frames in one library call: waits up to
+        ``timeout`` seconds (None: forever) for the first, then takes those
+        already queued. [] on timeout; Rocev2Error (STOPPED) once stopped.
+        Release them with :meth:`release_frames` (one call) or each
+        ``frame.release()``. The fast path from Python (no channel filter);
+        threads may poll one server at once (each gets frames of its own).
+        Ctrl-C interrupts the wait (see :data:`_SLICE_MS`)."""
+        if max_frames < 1:
+            raise Rocev2Error(Status.INVALID_ARGUMENT, f"max_frames must be >= 1; got {max_frames}")
+        handle = self._handle()
+        try:
+            b = self._batches.pop()
+        except IndexError:
+            b = None
+        if b is None or len(b.frames) < max_frames:
+            b = _Batch(max(max_frames, 64))
+        size = _FRAME_RECORD.size
+        frames: typing.List[Frame] = []
+        b.got.value = 0
+        hv = handle.value
+        try:
+            _STRUCT_SIZE.pack_into(b.raw, 0, size)
+            ms: typing.Optional[int]
+            ms, deadline = _first_wait(timeout)
+            poll, cap = _raw("rocev2_server_poll_frames"), ctypes.c_size_t(max_frames)
+            while True:  # in slices of the wait (see _SLICE_MS)
+                hv = handle.value
+                st = poll(handle, ctypes.c_int32(ms), b.frames, cap, b.got_ref)
+                if st != Status.TIMEOUT:
+                    break
+                ms = _next_wait(deadline)
+                if ms is None:
+                    return frames
+                handle = self._handle()  # closed meanwhile: Rocev2Error (STOPPED)
+            if st:
+                _check(st)
+            if _STRUCT_SIZE.unpack_from(b.raw)[0] != size:
+                _answered(b.frames[0], "rocev2_server_poll_frames")
+            slab = self._slab
+            if slab is None or slab.handle != hv:
+                hp = self.get_host_params()
+                slab = self._slab = _SlabView(hv, hp.mrAddr, hp.mrLen)
+            records = _FRAME_RECORD.iter_unpack(b.raw[:b.got.value * size])
+            return Frame._batch(self, hv, slab, records, frames)
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed after the library lent frames:
+            # give back those no Frame owns yet (the Frames made release
+            # themselves when dropped).
+            n = b.got.value
+            b.got.value = 0
+            for i in range(len(frames), n):
+                _release_token(hv, _FRAME_RECORD.unpack_from(b.raw, i * size)[7])
+            raise
+        finally:
+            self._batches.append(b)
+
+    def release_frames(self, frames: typing.Iterable[Frame]) -> None:
+        """Releases many frames in one library call (each once; already
+        released ones are skipped). A frame whose ``data`` a consumer holds
+        (see :class:`Frame`) stays on loan: the others are released, then
+        BufferError says how many were kept."""
+        tokens: typing.List[int] = []
+        handle = None
+        others: typing.Dict[typing.Optional[int], typing.List[int]] = {}  # loans of other handles
+        held = seen = 0
+        for f in frames:
+            seen += 1
+            token = f._token
+            if token:
+                try:
+                    f.data.release()
+                except BufferError:
+                    held += 1
+                    continue
+                f._token = 0
+                if f._handle == handle or handle is None:
+                    handle = f._handle
+                    tokens.append(token)
+                else:
+                    others.setdefault(f._handle, []).append(token)
+        if handle is not None:
+            self._release_many(handle, tokens)
+        for h, more in others.items():
+            self._release_many(h, more)
+        if held:
+            raise BufferError(f"{held} of {seen} frames kept: " + _HELD_EXPORT)
+
+    def _release_many(self, handle: typing.Optional[int], tokens: typing.List[int]) -> None:
+        """One rocev2_server_release_many through a kept token array."""
+        n = len(tokens)
+        try:
+            arr = self._token_arrays.pop()
+        except IndexError:
+            arr = None
+        if arr is None or len(arr) < n:
+            arr = (ctypes.c_uint64 * max(n, 64))()
+        try:
+            arr[:n] = typing.cast(typing.List[typing.Any], tokens)
+            _check(_raw("rocev2_server_release_many")(ctypes.c_void_p(handle), arr, ctypes.c_size_t(n)))
+        finally:
+            self._token_arrays.append(arr)
+
+    def poll(self, timeout: typing.Optional[float] = None,
+             channel: typing.Optional[int] = None) -> typing.Optional[Frame]:
+        """The next frame (optionally of one channel), or None after ``timeout``
+        seconds (None waits forever; Ctrl-C interrupts the wait). Raises
+        Rocev2Error (STOPPED) once stopped. Frames of other channels that a
+        ``channel`` poll takes are kept for their readers (a poll of theirs,
+        or a plain poll: the oldest kept first), at most ``rxQueueDepth // 2``:
+        beyond that the oldest is released unread (:attr:`channel_drops`)."""
+        if channel is None:
+            if self._kept:  # frames kept by poll(channel=...): the oldest first
+                with self._lock:
+                    queues = [q for q in self._pending.values() if q]
+                    if queues:
+                        self._kept -= 1
+                        return min(queues, key=lambda q: q[0][0]).popleft()[1]
+            return self._poll_raw(timeout)
+        validate_channel(channel)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._pending[channel]:
+                    self._kept -= 1
+                    return self._pending[channel].popleft()[1]
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            f = self._poll_raw(left)
+            if f is None:
+                return None
+            if f.channel == channel:
+                return f
+            self._keep(f, channel)
+
+    def _keep(self, f: Frame, reader: int) -> None:
+        """Keeps ``f``, taken by a reader of channel ``reader``, for its own
+        channel's reader. Beyond :attr:`_keep_max` kept frames the oldest kept
+        is released (counted in :attr:`channel_drops`, logged the first
+        time): a channel nobody reads must not hold the receive queue's
+        slots (the link would stall under RNR NAKs)."""
+        with self._lock:
+            self._arrivals += 1
+            self._pending[f.channel].append((self._arrivals, f))
+            self._kept += 1
+            if self._kept <= self._keep_max:
+                return
+            oldest = min((q for q in self._pending.values() if q), key=lambda q: q[0][0])
+            dropped = oldest.popleft()[1]
+            self._kept -= 1
+            self._channel_drops += 1
+            first = self._channel_drops == 1
+        if first:
+            logging.getLogger("rocev2.Server").warning(
+                "poll(channel=%d) keeps at most %d frames of other channels for their readers "
+                "(half the receive queue); released unread: the oldest kept, of channel %d "
+                "(Server.channel_drops counts them; this is logged once)",
+                reader, self._keep_max, dropped.channel)
+        dropped.release()
+
+    @property
+    def channel_drops(self) -> int:
+        """Frames that poll(channel=...) or a :class:`ChannelView` took for
+        other channels and released unread, the oldest beyond the
+        ``rxQueueDepth // 2`` kept for those channels' readers."""
+        return self._channel_drops
+
+    def frames(self, timeout: typing.Optional[float] = None,
+               channel: typing.Optional[int] = None) -> typing.Iterator[Frame]:
+        """Iterates frames until the server stops (or ``timeout`` passes with none)."""
+        while True:
+            try:
+                f = self.poll(timeout, channel)
+            except Rocev2Error as e:
+                if e.status == Status.STOPPED:
+                    return
+                raise
+            if f is None:
+                return
+            yield f
+
+    def __iter__(self) -> typing.Iterator[Frame]:
+        return self.frames()
+
+    def channel(self, channel: int) -> "ChannelView":
+        """A view of one channel (immediate bits [7:0]), 0..255."""
+        return ChannelView(self, validate_channel(channel))
+
+    getChannel = channel
+
+    # -- getters (rogue names) ---------------------------------------------
+    def _hp(self) -> _HostParams:
+        hp = _HostParams()
+        hp.struct_size = ctypes.sizeof(hp)
+        _check(_lib().rocev2_server_get_host_params(self._handle(), ctypes.byref(hp)))
+        _answered(hp, "rocev2_server_get_host_params")
+        return hp
+
+    def getQpn(self) -> int:
+        return int(self._hp().qpn)
+
+    def getGid(self) -> str:
+        return typing.cast(bytes, self._hp().gid_str).decode()
+
+    def getRqPsn(self) -> int:
+        return int(self._hp().rq_psn)
+
+    def getSqPsn(self) -> int:
+        return int(self._hp().sq_psn)
+
+    def getMrAddr(self) -> int:
+        return int(self._hp().mr_addr)
+
+    def getMrRkey(self) -> int:
+        return int(self._hp().mr_rkey)
+
+    def maxPayload(self) -> int:
+        return typing.cast(int, self._cfg.maxPayload)  # an int after ServerCfg.__post_init__
+
+    def getFrameCount(self) -> int:
+        return self.stats()["frames"]
+
+    def getByteCount(self) -> int:
+        return self.stats()["bytes"]
+
+    qpn = property(getQpn)
+    gid = property(getGid)
+    rq_psn = property(getRqPsn)
+    sq_psn = property(getSqPsn)
+    mr_addr = property(getMrAddr)
+    mr_rkey = property(getMrRkey)
+    frame_count = property(getFrameCount)
+    byte_count = property(getByteCount)
+
+    @property
+    def udp_port(self) -> int:
+        """The UDP port the host receives on (4791; the bound port on soft)."""
+        return int(self._hp().udp_port)
+
+    @property
+    def host_ip(self) -> str:
+        return host_ip_from_gid(self.getGid())
+
+    def get_host_params(self) -> HostParams:
+        """The five values the FPGA engine's setupConnection() takes."""
+        hp = self._hp()  # the library checked the MR length at create
+        return HostParams(hp.qpn, hp.rq_psn, hp.sq_psn, hp.mr_addr, hp.mr_len)
+
+    getHostParams = get_host_params
+
+    def stats(self) -> typing.Dict[str, int]:
+        """All counters by name."""
+        s = _Stats()
+        s.struct_size = ctypes.sizeof(_Stats)
+        _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
+        _answered(s, "rocev2_server_get_stats")
+        return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1
+                + _STAT_FIELDS_2_2}
+
+    def end_cause(self) -> typing.Optional[str]:
+        """Why the link is down (the receive thread's end cause, "stopped"
+        after stop(), or why complete_connection failed); None while it is
+        created or connected."""
+        n = _lib().rocev2_server_end_cause(self._handle(), None, 0)
+        if n == 0:
+            return None
+        buf = ctypes.create_string_buffer(n + 1)
+        _lib().rocev2_server_end_cause(self._handle(), buf, n + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def health(self) -> typing.Dict[str, typing.Any]:
+        """Link health for an operator: ``state`` (a :class:`LinkState`),
+        ``since_last_packet_s`` / ``since_last_frame_s`` (seconds, None
+        before the first), ``end_cause`` (see :meth:`end_cause`) and
+        ``peer_restarts``."""
+        st = self.stats()
+
+        def seconds(us: int) -> typing.Optional[float]:
+            return None if us == 0xFFFFFFFFFFFFFFFF else us / 1e6
+        return {"state": LinkState(st["link_state"]),
+                "since_last_packet_s": seconds(st["us_since_last_packet"]),
+                "since_last_frame_s": seconds(st["us_since_last_frame"]),
+                "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"]}
+
+    def is_running(self) -> bool:
+        return bool(self._srv) and _lib().rocev2_server_is_running(self._srv) != 0
+
+    def conn_info(self) -> str:
+        """The RC connection summary (QP/GID/MR and buffer sizing)."""
+        hp = self._hp()
+        c = self._cfg
+        return (f"--- RoCEv2 connection info ---\n"
+                f"  Device          : {c.deviceName} port={c.ibPort} GID idx={self.gidIndex}\n"
+                f"  Host QPN        : {hex(hp.qpn)}\n"
+                f"  Host GID        : {hp.gid_str.decode()}\n"
+                f"  Host RQ/SQ PSN  : {hex(hp.rq_psn)} / {hex(hp.sq_psn)}\n"
+                f"  MR addr         : {hex(hp.mr_addr)}\n"
+                f"  MR rkey         : {hex(hp.mr_rkey)}\n"
+                f"  FPGA IP         : {c.ip}\n"
+                f"  MaxPayload      : {c.maxPayload}\n"
+                f"  RxQueueDepth    : {c.rxQueueDepth}\n"
+                f"  MrLen           : {typing.cast(int, c.maxPayload) * typing.cast(int, c.rxQueueDepth)}\n"
+                f"------------------------------")
+
+    def printConnInfo(self) -> None:
+        print(self.conn_info())
+
+    print_conn_info = printConnInfo
+
+
+class ChannelView:
+    """Frames of one channel of a :class:`Server` (pull API). Frames of
+    other channels that arrive meanwhile are kept for their readers
+    (``server.poll()``, another view), at most ``rxQueueDepth // 2`` of them:
+    beyond that the oldest kept is released unread and counted in
+    ``server.channel_drops``, so channels nobody reads do not stall the link."""
+
+    def __init__(self, server: Server, channel: int):
+        self.server = server
+        self.channel = channel
+
+    def poll(self, timeout: typing.Optional[float] = None) -> typing.Optional[Frame]:
+        return self.server.poll(timeout, self.channel)
+
+    def __iter__(self) -> typing.Iterator[Frame]:
+        return self.server.frames(channel=self.channel)
