@@ -15,14 +15,16 @@ class _DeviceConfig(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("ib_port", ctypes.c_uint8),
                 ("gid_index", ctypes.c_uint8), ("udp_port", ctypes.c_uint16),
                 ("peer_udp_port", ctypes.c_uint16), ("icrc_check", ctypes.c_uint16),
-                ("name", ctypes.c_char_p), ("bind_addr", ctypes.c_char_p)]
+                ("name", ctypes.c_char_p), ("bind_addr", ctypes.c_char_p),
+                ("busy_poll_us", ctypes.c_uint32)]  # since 2.3
 
 
 class _ServerConfig(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("max_payload", ctypes.c_uint32),
                 ("rx_queue_depth", ctypes.c_uint32), ("spin_us", ctypes.c_uint32),
                 ("stop_timeout_ms", ctypes.c_uint32), ("cpu_affinity", ctypes.c_int32),
-                ("mr_remote_write", ctypes.c_uint32)]
+                ("mr_remote_write", ctypes.c_uint32),
+                ("measure_latency", ctypes.c_uint32)]  # since 2.3
 
 
 class _HostParams(ctypes.Structure):
@@ -77,13 +79,16 @@ _STAT_FIELDS = [
 _STAT_FIELDS_2_1 = ["us_since_last_packet", "us_since_last_frame", "stale_packets", "peer_restarts"]
 # Since 2.2.
 _STAT_FIELDS_2_2 = ["naps"]
+# Since 2.3: the latency histograms (ServerCfg.measureLatency), nanoseconds.
+_STAT_FIELDS_2_3 = [f"{h}_{q}" for h in ("ack_turnaround", "delivery")
+                    for q in ("count", "p50_ns", "p99_ns", "p999_ns", "max_ns")]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
                 + [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
                 + [("link_state", ctypes.c_uint32), ("reserved2", ctypes.c_uint32)]
-                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2])
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3])
 
 
 _FRAME_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Frame))

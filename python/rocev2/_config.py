@@ -31,7 +31,11 @@ class ServerCfg:
     CAP_NET_RAW, "require" insists, "off" never does). ``peerUdpPort`` is the
     FPGA's port, where ACKs go (0 = each packet's source port); when ``ip``
     and the port are the server's own socket (``ip="127.0.0.1"`` with the
-    defaults, an emulator on this host) the library ACKs the source port."""
+    defaults, an emulator on this host) the library ACKs the source port.
+    ``measureLatency`` fills the ACK turnaround and delivery latency
+    histograms of ``Server.stats()`` (``ack_turnaround_*``, ``delivery_*``,
+    nanoseconds; soft backend). ``busyPollUs`` busy-polls the NIC's queue on
+    an empty socket (SO_BUSY_POLL; soft backend; docs/tuning.md)."""
     ip: str
     deviceName: str
     ibPort: int = 1
@@ -46,12 +50,17 @@ class ServerCfg:
     cpuAffinity: int = -1
     mrRemoteWrite: bool = False
     icrcCheck: str = "auto"
+    measureLatency: bool = False
+    busyPollUs: int = 0
 
     def __post_init__(self) -> None:
         if self.icrcCheck not in _ICRC_CHECK:
             raise Rocev2Error(Status.INVALID_ARGUMENT, f"icrcCheck must be one of {sorted(_ICRC_CHECK)}; got {self.icrcCheck!r}")
         self.ip = _ipv4(self.ip, "ServerCfg.ip (the FPGA's address)")
         self.bindAddr = _ipv4(self.bindAddr, "ServerCfg.bindAddr (the soft backend's address)")
+        if not isinstance(self.busyPollUs, int) or not 0 <= self.busyPollUs <= 0xFFFFFFFF:
+            raise Rocev2Error(Status.INVALID_ARGUMENT,
+                              f"ServerCfg.busyPollUs must be an integer 0..2^32-1 (microseconds; 0 = off); got {self.busyPollUs!r}")
         for field in ("udpPort", "peerUdpPort"):
             port = getattr(self, field)
             if not isinstance(port, int) or not 0 <= port <= 0xFFFF:
@@ -82,6 +91,7 @@ class ServerCfg:
                               f"ServerCfg.cpuAffinity must be -1 or a CPU number; got {self.cpuAffinity!r}")
         sc.cpu_affinity = self.cpuAffinity
         sc.mr_remote_write = int(bool(self.mrRemoteWrite))
+        sc.measure_latency = int(bool(self.measureLatency))
         return sc
 
 

@@ -648,3 +648,34 @@ def test_reading_one_channel_of_several_does_not_stall_the_link():
         assert kept == sorted(kept), "kept frames come in arrival order"
         assert s.channel_drops == len(others) - len(kept)
         assert s.stats()["loans_outstanding"] == 0
+
+
+def test_measured_latency_and_busy_polling():
+    """measureLatency: one ACK turnaround sample per packet that asked for
+    an ACK (one per 1000-byte message) and one delivery sample per frame
+    polled, quantiles in order; busyPollUs is accepted on loopback (where it
+    does nothing); off, nothing is measured."""
+    n = 3000
+    for measure in (True, False):
+        cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0,
+                               peerUdpPort=0, maxPayload=1000, rxQueueDepth=64, spinUs=0,
+                               measureLatency=measure, busyPollUs=20 if measure else 0)
+        with rocev2.Server(cfg) as s:
+            s.complete_connection(FPGA_QPN)
+            p = fpga_sim(s, n, 1000, wait=False)
+            for i in range(n):
+                f = s.poll(timeout=60)
+                assert f is not None, f"frame {i} did not arrive"
+                f.release()
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            st = s.stats()
+            if not measure:
+                assert all(st[k] == 0 for k in st if k.startswith(("ack_turnaround_", "delivery_")))
+                continue
+            assert st["delivery_count"] == n and st["ack_turnaround_count"] == n, st
+            for h in ("ack_turnaround", "delivery"):
+                assert 0 < st[f"{h}_p50_ns"] <= st[f"{h}_p99_ns"] <= st[f"{h}_p999_ns"], st
+                assert st[f"{h}_max_ns"] > 0
+    with pytest.raises(Rocev2Error, match="busyPollUs"):
+        rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", busyPollUs=-1)
