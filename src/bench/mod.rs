@@ -14,15 +14,11 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::net::UdpIo;
 
+mod dispatch;
 mod window;
-pub use window::udp_window;
-
-/// Server-core cost per frame (completion -> loan -> callback -> release
-/// -> batched re-post) with an in-memory completion source, in ns.
-pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> Result<f64> {
-    crate::server::bench::dispatch_ns_per_frame(frames, rx_queue_depth)
-}
 use crate::sys::poll_readable;
+pub use dispatch::dispatch_ns_per_frame;
+pub use window::udp_window;
 
 /// A measured rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
