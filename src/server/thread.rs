@@ -20,6 +20,18 @@ struct Rx {
     packets_seen: u64,
 }
 
+impl Rx {
+    /// For `depth` slots.
+    fn new(depth: usize) -> Rx {
+        Rx {
+            completions: Vec::with_capacity(POLL_BATCH),
+            repost: Vec::with_capacity(depth),
+            cores: Vec::with_capacity(depth),
+            packets_seen: 0,
+        }
+    }
+}
+
 /// The receive thread's timer slack (ns): naps end on time.
 const NAP_SLACK_NS: u64 = 1_000;
 
@@ -88,13 +100,7 @@ impl ServerCore {
         callback: &mut Option<FrameCallback>,
     ) -> Result<()> {
         let own = OwnThread::enter(self);
-        let depth = self.slab.slots() as usize;
-        let mut rx = Rx {
-            completions: Vec::with_capacity(POLL_BATCH),
-            repost: Vec::with_capacity(depth),
-            cores: Vec::with_capacity(depth),
-            packets_seen: 0,
-        };
+        let mut rx = Rx::new(self.slab.slots() as usize);
         let mut spin = self.wait_policy(backend);
         let mut drained = false;
         while !self.stopping.load(Ordering::Acquire) {
@@ -115,15 +121,11 @@ impl ServerCore {
             match spin.idle(Instant::now) {
                 Wait::Poll => std::hint::spin_loop(),
                 Wait::Yield => std::thread::yield_now(),
-                // Napping (a paced sender): sleep, then take what came; park
-                // only when the nap found nothing. One wake-up per nap
-                // instead of one per burst the sender releases.
                 Wait::Nap(nap) => {
-                    std::thread::sleep(nap);
-                    bump(&self.counters.naps, 1);
-                    match self.poll_work(backend, callback, &mut rx, &mut spin)? {
-                        Polled::Work { drained: d } => drained = d,
-                        Polled::Nothing => self.park(backend, callback, &mut rx, &mut spin)?,
+                    if let Polled::Work { drained: d } =
+                        self.nap(nap, backend, callback, &mut rx, &mut spin)?
+                    {
+                        drained = d;
                     }
                 }
                 Wait::Park => self.park(backend, callback, &mut rx, &mut spin)?,
@@ -145,6 +147,26 @@ impl ServerCore {
             }
         }
         Spin::new(self.cfg.spin_us, room)
+    }
+
+    /// Naps (a paced sender): sleeps `nap`, then takes what came; parks
+    /// only when the nap found nothing. One wake-up per nap instead of one
+    /// per burst the sender releases.
+    fn nap(
+        self: &Arc<Self>,
+        nap: Duration,
+        backend: &mut dyn Backend,
+        callback: &mut Option<FrameCallback>,
+        rx: &mut Rx,
+        spin: &mut Spin,
+    ) -> Result<Polled> {
+        std::thread::sleep(nap);
+        bump(&self.counters.naps, 1);
+        let polled = self.poll_work(backend, callback, rx, spin)?;
+        if polled == Polled::Nothing {
+            self.park(backend, callback, rx, spin)?;
+        }
+        Ok(polled)
     }
 
     /// Parks: announces it, re-checks the release ring, arms (and polls once
