@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::emulator::StreamPlan;
 use crate::error::Result;
 use crate::net::UdpIo;
 
@@ -282,21 +283,21 @@ impl Link {
         let template = crate::emulator::pattern::make(0, s.size);
         let emu0 = own_cpu_ns();
         let t0 = Instant::now();
-        self.emu.stream_into(
-            s.frames,
-            // A recycled buffer already holds the template (every frame of
-            // this stream carries it): only a new one is filled.
-            |_, buf| {
-                if buf.len() != template.len() {
-                    buf.clear();
-                    buf.extend_from_slice(&template);
-                }
-            },
-            &[0],
-            s.depth as usize * 2,
-            Duration::from_secs(600),
-            |_| {},
-        )?;
+        let plan = StreamPlan {
+            frames: s.frames,
+            channels: &[0],
+            queue: s.depth as usize * 2,
+            timeout: Duration::from_secs(600),
+        };
+        // A recycled buffer already holds the template (every frame of this
+        // stream carries it): only a new one is filled.
+        let fill = |_, buf: &mut Vec<u8>| {
+            if buf.len() != template.len() {
+                buf.clear();
+                buf.extend_from_slice(&template);
+            }
+        };
+        self.emu.stream_into(&plan, fill, |_| {})?;
         while self.count.load(Ordering::Relaxed) < s.frames
             && t0.elapsed() < Duration::from_secs(600)
         {
