@@ -275,7 +275,10 @@ impl Judge {
     /// A poll at `now` found work and completed `frames` frames.
     pub fn work(&mut self, now: Instant, frames: u64) {
         let verdict = match &mut self.stage {
-            Stage::Start => return self.hold_from(now),
+            Stage::Start => {
+                self.hold_from(now);
+                return;
+            }
             Stage::Hold { until } => {
                 if now >= *until {
                     self.stage = Stage::Trial(Trial::new(now));
