@@ -11,18 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::emulator::StreamPlan;
 use crate::error::Result;
 use crate::net::UdpIo;
 
+mod dispatch;
 mod window;
-pub use window::udp_window;
-
-/// Server-core cost per frame (completion -> loan -> callback -> release
-/// -> batched re-post) with an in-memory completion source, in ns.
-pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> Result<f64> {
-    crate::server::bench::dispatch_ns_per_frame(frames, rx_queue_depth)
-}
 use crate::sys::poll_readable;
+pub use dispatch::dispatch_ns_per_frame;
+pub use window::udp_window;
 
 /// A measured rate.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -286,21 +283,21 @@ impl Link {
         let template = crate::emulator::pattern::make(0, s.size);
         let emu0 = own_cpu_ns();
         let t0 = Instant::now();
-        self.emu.stream_into(
-            s.frames,
-            // A recycled buffer already holds the template (every frame of
-            // this stream carries it): only a new one is filled.
-            |_, buf| {
-                if buf.len() != template.len() {
-                    buf.clear();
-                    buf.extend_from_slice(&template);
-                }
-            },
-            &[0],
-            s.depth as usize * 2,
-            Duration::from_secs(600),
-            |_| {},
-        )?;
+        let plan = StreamPlan {
+            frames: s.frames,
+            channels: &[0],
+            queue: s.depth as usize * 2,
+            timeout: Duration::from_secs(600),
+        };
+        // A recycled buffer already holds the template (every frame of this
+        // stream carries it): only a new one is filled.
+        let fill = |_, buf: &mut Vec<u8>| {
+            if buf.len() != template.len() {
+                buf.clear();
+                buf.extend_from_slice(&template);
+            }
+        };
+        self.emu.stream_into(&plan, fill, |_| {})?;
         while self.count.load(Ordering::Relaxed) < s.frames
             && t0.elapsed() < Duration::from_secs(600)
         {

@@ -245,6 +245,19 @@ pub(crate) fn relax(polls: &mut u32) {
     }
 }
 
+/// What [`FpgaEmulator::stream_into`] streams.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamPlan<'a> {
+    /// Frames to send.
+    pub frames: u64,
+    /// Frame i goes on channel `channels[i % len]` (empty: channel 0).
+    pub channels: &'a [u8],
+    /// At most this many frames queued (un-ACKed) at once.
+    pub queue: usize,
+    /// The whole stream's time limit: a timeout error after it.
+    pub timeout: Duration,
+}
+
 /// The emulator.
 pub struct FpgaEmulator {
     cfg: EmulatorConfig,
@@ -597,7 +610,13 @@ impl FpgaEmulator {
             buf.resize(size, 0);
             pattern::fill(seq, buf);
         };
-        self.stream_into(frames, fill, channels, queue, timeout, progress)
+        let plan = StreamPlan {
+            frames,
+            channels,
+            queue,
+            timeout,
+        };
+        self.stream_into(&plan, fill, progress)
     }
 
     /// Like [`FpgaEmulator::stream`] with frame payloads from `payload(seq)`.
@@ -611,21 +630,31 @@ impl FpgaEmulator {
         progress: impl FnMut(u64),
     ) -> Result<()> {
         let fill = |seq: u64, buf: &mut Vec<u8>| *buf = payload(seq);
-        self.stream_into(frames, fill, channels, queue, timeout, progress)
+        let plan = StreamPlan {
+            frames,
+            channels,
+            queue,
+            timeout,
+        };
+        self.stream_into(&plan, fill, progress)
     }
 
-    /// Like [`FpgaEmulator::stream_with`], filling `fill(seq, buf)` into the
-    /// buffer of an acknowledged frame (no allocation per frame once the
-    /// stream runs; `buf` holds an old frame's bytes).
+    /// Streams as `plan` says (see [`FpgaEmulator::stream`]), filling
+    /// `fill(seq, buf)` into the buffer of an acknowledged frame (no
+    /// allocation per frame once the stream runs; `buf` holds an old
+    /// frame's bytes). `progress(acked)` is called now and then.
     pub fn stream_into(
         &mut self,
-        frames: u64,
+        plan: &StreamPlan<'_>,
         mut fill: impl FnMut(u64, &mut Vec<u8>),
-        channels: &[u8],
-        queue: usize,
-        timeout: Duration,
         mut progress: impl FnMut(u64),
     ) -> Result<()> {
+        let StreamPlan {
+            frames,
+            channels,
+            queue,
+            timeout,
+        } = *plan;
         let end = Instant::now() + timeout;
         let submitted = self.stats().requester.submitted;
         let first = self.cfg.first_seq + submitted;

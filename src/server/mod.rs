@@ -8,7 +8,6 @@
 //! (crossbeam's ArrayQueue) and an eventfd.
 
 mod backend;
-pub(crate) mod bench;
 mod frame;
 mod judge;
 pub(crate) mod latency;

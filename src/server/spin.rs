@@ -1,5 +1,8 @@
-//! Adaptive spinning: how long the receive thread busy-polls an empty
-//! completion queue before it arms and blocks.
+//! How the receive thread waits when a poll finds nothing: one decision per
+//! empty poll ([`Spin::idle`] returns a [`Wait`]), acted on by the receive
+//! loop (`thread.rs`), as quinn-proto's `Pacer::delay` decides and its
+//! caller acts. The spin budget is here; whether to spin or nap at all is
+//! the judge's (`judge.rs`), which this holds.
 //!
 //! A spin saves a park (arm, block, wake-up: microseconds of CPU and of
 //! latency; on a window-limited sender, such as surf's engine waiting for
@@ -25,9 +28,9 @@
 //! read the loop makes anyway (`note_activity`). `spin_us` 0 never spins and
 //! reads no clock.
 //!
-//! Above the budget, a judge (`judge.rs`) decides whether to spin at all:
-//! a paced sender's gaps are bridged as well as a window-limited sender's
-//! round trips, but only the latter's frame rate depends on the spin.
+//! Above the budget, the judge decides whether to spin at all: a paced
+//! sender's gaps are bridged as well as a window-limited sender's round
+//! trips, but only the latter's frame rate depends on the spin.
 
 use super::judge::{Judge, Mode};
 use std::time::{Duration, Instant};
@@ -39,12 +42,35 @@ const MIN_SPIN: Duration = Duration::from_micros(1);
 /// (the budget grows): the idle period a block measures includes the
 /// thread's own wake-up, so a window-limited sender whose ACK round trip a
 /// spin would bridge shows up a little beyond `spin_us` once the thread
-/// blocks (the demo's surf-like 4-message window: 50k frames/s blocking,
-/// 170k spinning).
+/// blocks (and runs at a fraction of its spinning rate: the demo's
+/// surf-like 4-message window, README's bench table).
 const GROW_WITHIN: u32 = 2;
 
 /// Empty polls between clock reads while spinning.
 const CLOCK_EVERY: u32 = 4;
+
+/// Spinning polls between two `sched_yield`s ([`Wait::Yield`]), counted
+/// over all idle periods. Spinning gives the CPU, every `YIELD_EVERY`
+/// polls, to any thread waiting for it (the application's consumer, a
+/// sender on this host): with none, sched_yield returns at once; without
+/// it, a spinning receive thread starved a pull consumer until the slots
+/// ran out and the FPGA was sent RNR NAKs, at surf's window. Not every
+/// poll: a verbs poll is a userspace CQ read, which a syscall each time
+/// would slow several-fold.
+const YIELD_EVERY: u32 = 8;
+
+/// What the receive loop does after a poll that found nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// Poll again at once (a spin-loop hint between).
+    Poll,
+    /// Poll again after a `sched_yield` (every [`YIELD_EVERY`]th spin).
+    Yield,
+    /// Sleep this long, then poll once; park if that found nothing.
+    Nap(Duration),
+    /// Block until a completion or a wake-up.
+    Park,
+}
 
 /// The budget after an idle period that lasted `wait` and ended in a spin
 /// (`spun`) or after a block, from `budget`, at most `max`.
@@ -60,38 +86,44 @@ pub(super) fn next_budget(budget: Duration, wait: Duration, spun: bool, max: Dur
     }
 }
 
+/// Where the thread is between two polls that found work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Working (a poll found packets or completions).
-    Busy,
+enum Idle {
+    /// Not idle: the last poll found packets or completions.
+    No,
     /// Idle since `since`, spinning; `polls` empty polls so far.
     Spinning { since: Instant, polls: u32 },
     /// Idle since `since` (None: not measured, at the start), parked.
     Parked { since: Option<Instant> },
 }
 
-/// The receive loop's spin state: [`Spin::work`] after each poll that found
-/// work, [`Spin::idle`] after each empty one (true: poll again), and
+/// The receive loop's waiting policy: [`Spin::work`] after each poll that
+/// found work, [`Spin::idle`] after each empty one (what to do), and
 /// [`Spin::parked`] when it blocks.
 #[derive(Debug)]
 pub(super) struct Spin {
     max: Duration,
     budget: Duration,
-    phase: Phase,
-    /// Whether to spin at all (None: `spin_us` 0, or the budget's own tests).
+    idle: Idle,
+    /// Spins over all idle periods, for the yield cadence.
+    spins: u32,
+    /// Whether to spin at all, and how long to nap (None: `spin_us` 0, or
+    /// the budget's own tests).
     judge: Option<Judge>,
 }
 
 impl Spin {
-    /// Spinning at most `spin_us` microseconds (0: never), starting at the
-    /// full budget.
-    pub fn new(spin_us: u32) -> Spin {
+    /// Spinning at most `spin_us` microseconds (0: never, nor napping),
+    /// starting at the full budget; naps let in at most `nap_room` frames
+    /// (`judge::nap_room`).
+    pub fn new(spin_us: u32, nap_room: u64) -> Spin {
         let max = Duration::from_micros(spin_us as u64);
         Spin {
             max,
             budget: max,
-            phase: Phase::Parked { since: None },
-            judge: (!max.is_zero()).then(Judge::new),
+            idle: Idle::Parked { since: None },
+            spins: 0,
+            judge: (!max.is_zero()).then(|| Judge::new(nap_room)),
         }
     }
 
@@ -100,7 +132,7 @@ impl Spin {
     fn unjudged(spin_us: u32) -> Spin {
         Spin {
             judge: None,
-            ..Spin::new(spin_us)
+            ..Spin::new(spin_us, 0)
         }
     }
 
@@ -116,52 +148,63 @@ impl Spin {
         if let Some(judge) = &mut self.judge {
             judge.work(now, frames as u64);
         }
-        let (since, spun) = match self.phase {
-            Phase::Busy => return,
-            Phase::Spinning { since, .. } => (Some(since), true),
-            Phase::Parked { since } => (since, false),
+        let (since, spun) = match self.idle {
+            Idle::No => return,
+            Idle::Spinning { since, .. } => (Some(since), true),
+            Idle::Parked { since } => (since, false),
         };
         if let Some(since) = since {
             let wait = now.saturating_duration_since(since);
             self.budget = next_budget(self.budget, wait, spun, self.max);
         }
-        self.phase = Phase::Busy;
+        self.idle = Idle::No;
     }
 
-    /// A poll found nothing: true to poll again (spin), false to park.
-    /// `clock` is read at the first empty poll and every few after it.
-    pub fn idle(&mut self, clock: impl FnOnce() -> Instant) -> bool {
+    /// A poll found nothing: what to do. `clock` is read at the first empty
+    /// poll of a spin and every [`CLOCK_EVERY`] after it, never otherwise.
+    pub fn idle(&mut self, clock: impl FnOnce() -> Instant) -> Wait {
+        if self.spin(clock) {
+            self.spins = self.spins.wrapping_add(1);
+            if self.spins % YIELD_EVERY == 0 {
+                Wait::Yield
+            } else {
+                Wait::Poll
+            }
+        } else {
+            match self.judge.as_ref().and_then(Judge::nap) {
+                Some(d) => Wait::Nap(d),
+                None => Wait::Park,
+            }
+        }
+    }
+
+    /// Whether to spin after this empty poll: within the budget, and not
+    /// napping.
+    fn spin(&mut self, clock: impl FnOnce() -> Instant) -> bool {
         if self.max.is_zero() || self.judge.as_ref().is_some_and(|j| j.mode() == Mode::Nap) {
             return false;
         }
-        match self.phase {
-            Phase::Busy => {
-                self.phase = Phase::Spinning {
+        match self.idle {
+            Idle::No => {
+                self.idle = Idle::Spinning {
                     since: clock(),
                     polls: 0,
                 };
                 !self.budget.is_zero()
             }
-            Phase::Spinning { since, polls } => {
+            Idle::Spinning { since, polls } => {
                 let polls = polls.wrapping_add(1);
-                self.phase = Phase::Spinning { since, polls };
+                self.idle = Idle::Spinning { since, polls };
                 polls % CLOCK_EVERY != 0 || clock().saturating_duration_since(since) < self.budget
             }
-            Phase::Parked { .. } => false,
+            Idle::Parked { .. } => false,
         }
-    }
-
-    /// How long to nap before parking (None: park at once); `room`: the
-    /// frames the posted receives and the transport's buffers hold with a
-    /// margin (`judge.rs`).
-    pub fn nap(&self, room: u64) -> Option<Duration> {
-        self.judge.as_ref()?.nap(room)
     }
 
     /// The loop blocks: the spin is over until a poll finds work.
     pub fn parked(&mut self) {
-        if let Phase::Spinning { since, .. } = self.phase {
-            self.phase = Phase::Parked { since: Some(since) };
+        if let Idle::Spinning { since, .. } = self.idle {
+            self.idle = Idle::Parked { since: Some(since) };
         }
     }
 }
@@ -172,6 +215,11 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
+    /// Whether the decision is to poll again.
+    fn spins(w: Wait) -> bool {
+        matches!(w, Wait::Poll | Wait::Yield)
+    }
+
     /// Drives `spin` through one idle period of `gap` (spinning while the
     /// policy says so, parking otherwise), then one busy poll, from `t`;
     /// returns whether it parked and the time after the busy poll.
@@ -179,7 +227,7 @@ mod tests {
         let mut now = t;
         let mut parked = false;
         while now < t + gap {
-            if !spin.idle(|| now) {
+            if !spins(spin.idle(|| now)) {
                 spin.parked();
                 parked = true;
                 now = t + gap;
@@ -230,7 +278,10 @@ mod tests {
         let t = Instant::now();
         for i in 0..10u32 {
             s.work(t + i * US, 1);
-            assert!(!s.idle(|| panic!("no clock read without spinning")));
+            assert_eq!(
+                s.idle(|| panic!("no clock read without spinning")),
+                Wait::Park
+            );
             s.parked();
         }
         assert_eq!(s.budget(), Duration::ZERO);
@@ -254,9 +305,9 @@ mod tests {
         let mut s = Spin::unjudged(50);
         let mut t = Instant::now();
         s.work(t, 1);
-        assert!(s.idle(|| t + US), "spins first");
+        assert!(spins(s.idle(|| t + US)), "spins first");
         let mut polls = 0;
-        while s.idle(|| t + 51 * US) {
+        while spins(s.idle(|| t + 51 * US)) {
             polls += 1;
         }
         assert!(
@@ -264,8 +315,9 @@ mod tests {
             "stops at the first clock read past the budget"
         );
         s.parked();
-        assert!(
-            !s.idle(|| panic!("no clock read while parked")),
+        assert_eq!(
+            s.idle(|| panic!("no clock read while parked")),
+            Wait::Park,
             "parked until work"
         );
         t += Duration::from_secs(1);
@@ -286,7 +338,7 @@ mod tests {
         assert_eq!(s.budget(), Duration::ZERO);
         // At budget 0 the idle period is the block alone: no spin at all.
         s.work(t, 1);
-        assert!(!s.idle(|| t));
+        assert_eq!(s.idle(|| t), Wait::Park);
     }
 
     #[test]
@@ -302,5 +354,48 @@ mod tests {
         assert_eq!(s.budget(), 16 * US);
         assert_eq!(periods(&mut s, &mut t, 100, 10 * US), 0);
         assert_eq!(s.budget(), 16 * US, "hits keep it");
+    }
+
+    #[test]
+    fn every_eighth_spin_yields_counted_across_idle_periods() {
+        // Idle periods of 3 spins each: the yield cadence runs on.
+        let mut s = Spin::unjudged(50);
+        let t = Instant::now();
+        s.work(t, 1);
+        let mut waits = vec![];
+        for _ in 0..8 {
+            for _ in 0..3 {
+                waits.push(s.idle(|| t));
+            }
+            s.work(t, 1);
+        }
+        for (i, w) in waits.iter().enumerate() {
+            let want = if (i + 1) % YIELD_EVERY as usize == 0 {
+                Wait::Yield
+            } else {
+                Wait::Poll
+            };
+            assert_eq!(*w, want, "spin {i}");
+        }
+    }
+
+    #[test]
+    fn a_judged_paced_sender_naps_without_spinning_or_a_clock_read() {
+        for (room, napping) in [(64, true), (0, false)] {
+            let mut s = Spin::new(50, room);
+            let mut t = Instant::now();
+            // 290k frames/s, a poll's work every 100 us, past the first
+            // hold and trial (about 32 ms).
+            for _ in 0..500 {
+                t += 100 * US;
+                s.work(t, 29);
+            }
+            let w = s.idle(|| panic!("no clock read while napping"));
+            if napping {
+                assert!(matches!(w, Wait::Nap(d) if d > 10 * US), "{w:?}");
+            } else {
+                assert_eq!(w, Wait::Park, "no room: no nap");
+            }
+        }
     }
 }

@@ -1,11 +1,11 @@
 //! The receive thread: poll the backend, dispatch completions to the
-//! callback or the pull queue, re-post released slots in batches, spin
-//! (`spin.rs`) or park when idle. The release path that feeds it is
-//! `release.rs`.
+//! callback or the pull queue, re-post released slots in batches, and when
+//! idle do what the waiting policy (`spin.rs`) decides: poll again, yield,
+//! nap or park. The release path that feeds it is `release.rs`.
 
 use super::*;
 use release::OwnThread;
-use spin::Spin;
+use spin::{Spin, Wait};
 use stats::bump;
 
 /// The receive loop's working set.
@@ -20,22 +20,29 @@ struct Rx {
     packets_seen: u64,
 }
 
-/// Spinning polls between two `sched_yield`s.
-const YIELD_EVERY: u32 = 8;
+impl Rx {
+    /// For `depth` slots.
+    fn new(depth: usize) -> Rx {
+        Rx {
+            completions: Vec::with_capacity(POLL_BATCH),
+            repost: Vec::with_capacity(depth),
+            cores: Vec::with_capacity(depth),
+            packets_seen: 0,
+        }
+    }
+}
 
 /// The receive thread's timer slack (ns): naps end on time.
 const NAP_SLACK_NS: u64 = 1_000;
 
-/// Frames a nap may let arrive: a quarter of the slots (the rest absorb a
-/// sender that speeds up before the next trial), and a quarter of what the
-/// transport's buffer holds of full-size frames (its figure counts kernel
-/// overhead too).
-fn nap_room(slots: u64, slot_size: u32, queue_bytes: Option<u64>) -> u64 {
-    let by_slots = slots / 4;
-    match queue_bytes {
-        Some(b) => by_slots.min(b / 4 / slot_size.max(1) as u64),
-        None => by_slots,
-    }
+/// What a poll did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Polled {
+    /// Found nothing, did nothing.
+    Nothing,
+    /// Found work and handed it out; `drained`: the receive emptied the
+    /// backend (the next poll would find nothing).
+    Work { drained: bool },
 }
 
 impl ServerCore {
@@ -93,15 +100,45 @@ impl ServerCore {
         callback: &mut Option<FrameCallback>,
     ) -> Result<()> {
         let own = OwnThread::enter(self);
-        let depth = self.slab.slots() as usize;
-        let mut rx = Rx {
-            completions: Vec::with_capacity(POLL_BATCH),
-            repost: Vec::with_capacity(depth),
-            cores: Vec::with_capacity(depth),
-            packets_seen: 0,
-        };
-        let mut spin = Spin::new(self.cfg.spin_us);
-        let room = nap_room(depth as u64, self.slab.slot_size(), backend.queue_bytes());
+        let mut rx = Rx::new(self.slab.slots() as usize);
+        let mut spin = self.wait_policy(backend);
+        let mut drained = false;
+        while !self.stopping.load(Ordering::Acquire) {
+            self.repost_released(backend, &own, &mut rx)?;
+            // (Cleared here, not before the poll: the park path dispatches
+            // what it finds in there.)
+            rx.completions.clear();
+            // After a receive that emptied the socket, no poll that would
+            // find nothing: spin (polling) or block (which sees what came).
+            if !std::mem::take(&mut drained) {
+                if let Polled::Work { drained: d } =
+                    self.poll_work(backend, callback, &mut rx, &mut spin)?
+                {
+                    drained = d;
+                    continue;
+                }
+            }
+            match spin.idle(Instant::now) {
+                Wait::Poll => std::hint::spin_loop(),
+                Wait::Yield => std::thread::yield_now(),
+                Wait::Nap(nap) => {
+                    if let Polled::Work { drained: d } =
+                        self.nap(nap, backend, callback, &mut rx, &mut spin)?
+                    {
+                        drained = d;
+                    }
+                }
+                Wait::Park => self.park(backend, callback, &mut rx, &mut spin)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The receive thread's waiting policy (`spin.rs`), naps sized to the
+    /// slots and the transport's buffer.
+    fn wait_policy(&self, backend: &dyn Backend) -> Spin {
+        let slots = self.slab.slots() as u64;
+        let room = judge::nap_room(slots, self.slab.slot_size(), backend.queue_bytes());
         if self.cfg.spin_us > 0 {
             // Naps (`judge.rs`) as long as asked: a nap sized to what the
             // buffers hold must not run 50 us over.
@@ -109,98 +146,83 @@ impl ServerCore {
                 log::debug!("{e}; naps may run up to 50 us long");
             }
         }
-        let mut drained = false;
-        let mut spins = 0u32;
-        while !self.stopping.load(Ordering::Acquire) {
-            self.repost_released(backend, &own, &mut rx)?;
-            // (Cleared here, not before the poll: the park path below
-            // dispatches what it finds in there.)
-            rx.completions.clear();
-            // After a receive that emptied the socket, no poll that would
-            // find nothing: spin (polling) or block (which sees what came).
-            if !std::mem::take(&mut drained) {
-                if let Some(d) = self.poll_work(backend, callback, &mut rx, &mut spin)? {
-                    drained = d;
-                    continue;
-                }
-            }
-            if spin.idle(Instant::now) {
-                // Spinning gives the CPU, every YIELD_EVERY polls, to any
-                // thread waiting for it (the application's consumer, a sender
-                // on this host): with none, sched_yield returns at once;
-                // without it, a spinning receive thread starved a pull
-                // consumer until the slots ran out and the FPGA was sent RNR
-                // NAKs (37-47k per 100k frames at surf's window; 0-14k
-                // with the yield). Not every poll: a verbs poll is a
-                // userspace CQ read, which a syscall each time would slow
-                // several-fold.
-                spins = spins.wrapping_add(1);
-                if spins % YIELD_EVERY == 0 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            // Napping (a paced sender): sleep, then take what came; park
-            // only when the nap found nothing. One wake-up per nap instead
-            // of one per burst the sender releases.
-            if let Some(nap) = spin.nap(room) {
-                std::thread::sleep(nap);
-                bump(&self.counters.naps, 1);
-                if let Some(d) = self.poll_work(backend, callback, &mut rx, &mut spin)? {
-                    drained = d;
-                    continue;
-                }
-            }
-            spin.parked();
-            // Park: announce it, re-check the release ring, arm (and poll once
-            // more if the backend needs it), then block until a completion or a
-            // wake-up (release or stop).
-            // (The local list is empty here: taken above, and no frame was
-            // handed out since.)
-            self.parked.store(true, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if !self.releases.is_empty() || self.stopping.load(Ordering::SeqCst) {
-                self.parked.store(false, Ordering::SeqCst);
-                continue;
-            }
-            if backend.arm()? {
-                backend.poll(&mut rx.completions)?;
-            }
-            let mut woken = true;
-            if rx.completions.is_empty() {
-                bump(&self.counters.parks, 1);
-                woken = backend.block(self.wake.raw())?;
-            }
-            self.parked.store(false, Ordering::SeqCst);
-            if woken {
-                self.wake.drain();
-            }
-            if let Some(now) = self.note_activity(backend, &mut rx) {
-                spin.work(now, rx.completions.len());
-            }
-            self.dispatch(callback, &mut rx)?;
-        }
-        Ok(())
+        Spin::new(self.cfg.spin_us, room)
     }
 
-    /// Polls; when that found work, hands it out and returns whether the
-    /// backend was drained by it (None: nothing found, nothing done).
+    /// Naps (a paced sender): sleeps `nap`, then takes what came; parks
+    /// only when the nap found nothing. One wake-up per nap instead of one
+    /// per burst the sender releases.
+    fn nap(
+        self: &Arc<Self>,
+        nap: Duration,
+        backend: &mut dyn Backend,
+        callback: &mut Option<FrameCallback>,
+        rx: &mut Rx,
+        spin: &mut Spin,
+    ) -> Result<Polled> {
+        std::thread::sleep(nap);
+        bump(&self.counters.naps, 1);
+        let polled = self.poll_work(backend, callback, rx, spin)?;
+        if polled == Polled::Nothing {
+            self.park(backend, callback, rx, spin)?;
+        }
+        Ok(polled)
+    }
+
+    /// Parks: announces it, re-checks the release ring, arms (and polls once
+    /// more if the backend needs it), then blocks until a completion or a
+    /// wake-up (release or stop), and hands out what came.
+    /// (The local list is empty here: taken by the loop, and no frame was
+    /// handed out since.)
+    fn park(
+        self: &Arc<Self>,
+        backend: &mut dyn Backend,
+        callback: &mut Option<FrameCallback>,
+        rx: &mut Rx,
+        spin: &mut Spin,
+    ) -> Result<()> {
+        spin.parked();
+        self.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !self.releases.is_empty() || self.stopping.load(Ordering::SeqCst) {
+            self.parked.store(false, Ordering::SeqCst);
+            return Ok(());
+        }
+        if backend.arm()? {
+            backend.poll(&mut rx.completions)?;
+        }
+        let mut woken = true;
+        if rx.completions.is_empty() {
+            bump(&self.counters.parks, 1);
+            woken = backend.block(self.wake.raw())?;
+        }
+        self.parked.store(false, Ordering::SeqCst);
+        if woken {
+            self.wake.drain();
+        }
+        if let Some(now) = self.note_activity(backend, rx) {
+            spin.work(now, rx.completions.len());
+        }
+        self.dispatch(callback, rx)
+    }
+
+    /// Polls; when that found work, hands it out.
     fn poll_work(
         self: &Arc<Self>,
         backend: &mut dyn Backend,
         callback: &mut Option<FrameCallback>,
         rx: &mut Rx,
         spin: &mut Spin,
-    ) -> Result<Option<bool>> {
+    ) -> Result<Polled> {
         backend.poll(&mut rx.completions)?;
         let Some(now) = self.note_activity(backend, rx) else {
-            return Ok(None);
+            return Ok(Polled::Nothing);
         };
         spin.work(now, rx.completions.len());
         self.dispatch(callback, rx)?;
-        Ok(Some(backend.drained()))
+        Ok(Polled::Work {
+            drained: backend.drained(),
+        })
     }
 
     /// Stamps the last packet's time when the backend saw packets (soft:
@@ -374,21 +396,5 @@ impl ServerCore {
             log::error!("frame callback panicked (slot={slot}); frame released");
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod nap_tests {
-    use super::nap_room;
-
-    #[test]
-    fn a_nap_lets_in_a_quarter_of_the_slots_or_of_the_socket_buffer() {
-        assert_eq!(nap_room(256, 4096, None), 64, "verbs: the slots");
-        assert_eq!(nap_room(256, 4096, Some(8 << 20)), 64, "a large buffer");
-        // Debian's default rmem_max: 425984 bytes as the kernel keeps it.
-        assert_eq!(nap_room(256, 4096, Some(425_984)), 26);
-        assert_eq!(nap_room(256, 9000, Some(425_984)), 11);
-        assert_eq!(nap_room(3, 4096, None), 0, "too few slots: no nap");
-        assert_eq!(nap_room(256, 0, Some(1)), 0);
     }
 }

@@ -1,7 +1,9 @@
 //! Dispatch-cost harness: the production server core (loan -> callback ->
 //! release -> batched re-post) with the backend's completion source replaced
 //! by an in-memory ring that completes every posted slot at once. What it
-//! measures is the core's own cost per frame.
+//! measures is the core's own cost per frame. (It reaches the server's
+//! crate-private parts, `ServerCore` and the `Backend` trait, from here:
+//! the benchmarks live in one place, `bench/`.)
 
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -9,10 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Backend, BackendInfo, Completion, CompletionKind, ServerCore, POLL_BATCH};
 use crate::config::{ConnectParams, ServerConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
+use crate::server::{Backend, BackendInfo, Completion, CompletionKind, ServerCore, POLL_BATCH};
 
 struct RingSource {
     posted: VecDeque<u32>,
@@ -61,8 +63,10 @@ impl Backend for RingSource {
     }
 }
 
-/// Nanoseconds per frame for `frames` frames through the core with
-/// `rx_queue_depth` slots, the consumer releasing each frame in the callback.
+/// Server-core cost per frame (completion -> loan -> callback -> release
+/// -> batched re-post) with an in-memory completion source, in ns: for
+/// `frames` frames through the core with `rx_queue_depth` slots, the
+/// consumer releasing each frame in the callback.
 pub fn dispatch_ns_per_frame(frames: u64, rx_queue_depth: u32) -> Result<f64> {
     let cfg = ServerConfig {
         max_payload: 4096,
