@@ -133,6 +133,11 @@ pub struct E2e {
     pub parks_per_frame: f64,
     /// Times the server's thread napped per frame.
     pub naps_per_frame: f64,
+    /// The server's ACK turnaround and frame delivery latency (all 0
+    /// unless [`E2eSetup::measure_latency`]).
+    pub ack_turnaround: crate::Latency,
+    /// See `ack_turnaround`.
+    pub delivery: crate::Latency,
 }
 
 /// How the end-to-end run is driven.
@@ -165,6 +170,9 @@ pub struct E2eSetup {
     /// through a NIC; off, it sends bursts as UDP GSO datagrams (a NIC's
     /// GRO modelled) and sleeps in poll() for ACKs.
     pub busy_wait: bool,
+    /// The server measures its ACK turnaround and delivery latency
+    /// (`ServerConfig::measure_latency`).
+    pub measure_latency: bool,
 }
 
 impl E2eSetup {
@@ -184,6 +192,7 @@ impl E2eSetup {
             spin_us: None,
             pin: true,
             busy_wait: false,
+            measure_latency: false,
         }
     }
 
@@ -251,6 +260,7 @@ impl Link {
                 rx_queue_depth: s.depth,
                 spin_us: s.spin_us.unwrap_or(ServerConfig::default().spin_us),
                 cpu_affinity: cpu,
+                measure_latency: s.measure_latency,
                 ..Default::default()
             },
         )?;
@@ -328,6 +338,8 @@ impl Link {
             emulator_ns_per_frame: per(emu_cpu),
             parks_per_frame: per(st.parks),
             naps_per_frame: per(st.naps),
+            ack_turnaround: st.ack_turnaround,
+            delivery: st.delivery_latency,
         }
     }
 }

@@ -274,8 +274,38 @@ fn surf_rows(frames: u64, secs: Duration) -> Result<(), Fail> {
         )?;
         note(&waits_line(&e2e))?;
         note(&server_line(&e2e))?;
+        note(&latency_line(s, &runs, in_flight)?)?;
     }
     Ok(())
+}
+
+/// One more run of `s` with the server measuring its latency: the ACK
+/// turnaround and the delivery latency beside the reference's round trip
+/// (its window over its rate), and what measuring cost (that run's rate
+/// against the unmeasured runs' median).
+fn latency_line(s: E2eSetup, runs: &[(f64, E2e, Rate)], in_flight: usize) -> Result<String, Fail> {
+    let measured = soft_end_to_end(E2eSetup {
+        measure_latency: true,
+        ..s
+    })
+    .map_err(lib_err(&[]))?;
+    let (_, mid) = median_run(runs);
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let (t, d) = (measured.ack_turnaround, measured.delivery);
+    Ok(format!(
+        "latency (one more run, measured): ACK turnaround p50/p99/p99.9 {:.1}/{:.1}/{:.1} us, \
+         delivery {:.1}/{:.1}/{:.1} us; the reference's round trip {:.1} us ({in_flight} \
+         datagrams / its rate); that run {:.0} f/s = {:.2} of the unmeasured median",
+        us(t.p50_ns),
+        us(t.p99_ns),
+        us(t.p999_ns),
+        us(d.p50_ns),
+        us(d.p99_ns),
+        us(d.p999_ns),
+        in_flight as f64 / mid.2.per_sec * 1e6,
+        measured.rate.per_sec,
+        measured.rate.per_sec / mid.1.rate.per_sec
+    ))
 }
 
 fn links_row(frames: u64) -> Result<(), Fail> {
