@@ -95,8 +95,10 @@ enum DeviceInner {
 
 impl Device {
     /// Opens the device `cfg` names ("No RDMA devices found on this host" /
-    /// "RDMA device '<name>' not found" as in rogue). The GID index is not
-    /// checked here; [`Server::create`] checks it.
+    /// "RDMA device '<name>' not found" as in rogue). The first verbs open
+    /// loads libibverbs.so.1; where it is not installed the error is
+    /// [`ErrorKind::Unsupported`], saying what to install. The GID index is
+    /// not checked here; [`Server::create`] checks it.
     pub fn open(cfg: &DeviceConfig) -> Result<Device> {
         cfg.validate()?;
         let inner = match cfg {
