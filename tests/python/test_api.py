@@ -199,7 +199,8 @@ def test_the_installed_package_bundles_its_library():
     assert os.path.dirname(rocev2.library._name) == pkg
     files = sorted(f for f in os.listdir(pkg) if f != "__pycache__")
     assert files == ["__init__.py", "librocev2.abi3.so"], files
-    # libibverbs stays a system library: linked by SONAME, never bundled.
+    # libibverbs stays a system library: loaded at run time by SONAME, never
+    # bundled (the library names it for dlopen).
     with open(rocev2.library._name, "rb") as f:
         assert b"libibverbs.so.1" in f.read()
     import importlib.metadata
