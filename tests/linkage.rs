@@ -58,11 +58,10 @@ fn the_cli_does_not_link_libibverbs() {
 
 #[test]
 fn the_shared_library_does_not_link_libibverbs() {
-    // The cdylib is built beside the CLI (the same profile directory).
-    let dir: PathBuf = Path::new(env!("CARGO_BIN_EXE_rocev2"))
-        .parent()
-        .expect("the CLI's directory")
-        .to_path_buf();
+    // `cargo test` builds the cdylib beside this test binary (deps/); only
+    // `cargo build` copies it up a directory, so that copy may be stale.
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir: PathBuf = exe.parent().expect("the test binary's directory").into();
     let lib = dir.join("librocev2.so");
     assert!(lib.exists(), "{} was not built", lib.display());
     check(&lib);

@@ -28,10 +28,10 @@ use rdma_sys::{
 use crate::error::{Error, ErrorKind, Result};
 
 /// The shared object the verbs backend loads (rdma-core's ABI 1).
-pub(crate) const LIBIBVERBS: &str = "libibverbs.so.1";
+const LIBIBVERBS: &str = "libibverbs.so.1";
 
 /// What to install when libibverbs cannot be loaded.
-pub(crate) const INSTALL_HINT: &str = "install rdma-core's libibverbs and its providers \
+const INSTALL_HINT: &str = "install rdma-core's libibverbs and its providers \
      (Debian/Ubuntu: `apt-get install libibverbs1 ibverbs-providers`; Fedora/RHEL: `dnf install \
      libibverbs`; conda: `conda install -c conda-forge rdma-core`), or use the \"soft\" device, \
      which needs no RDMA library";
