@@ -13,7 +13,8 @@
 #   2. `rocev2 info` succeeds and says libibverbs is not installed
 #   3. `rocev2 demo` passes (emulator -> soft backend, every byte verified)
 #   4. the C soft end-to-end test passes (when built)
-#   5. the Python package streams over soft (examples/python/stream.py)
+#   5. the Python package streams over soft (examples/python/stream.py), and
+#      opening a verbs device from Python raises UNSUPPORTED saying what to install
 #   6. `rocev2 recv --device rxe0` fails with the message saying what to install
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,15 +58,26 @@ else
     step "C: $BUILD/tests/c/test_soft_e2e_c not built, skipped"
 fi
 
-step "Python: examples/python/stream.py over soft"
+step "Python: examples/python/stream.py over soft; a verbs device raises UNSUPPORTED"
 if [ -x "$BUILD/venv/bin/python" ]; then
     echo "(the package installed in $BUILD/venv)" >&2
-    ROCEV2_CLI=$CLI "$BUILD/venv/bin/python" examples/python/stream.py 20000 4096 || bad "Python (venv) stream"
+    py=("$BUILD/venv/bin/python")
 else
     echo "(no $BUILD/venv: the source package against $LIB)" >&2
-    ROCEV2_CLI=$CLI ROCEV2_LIBRARY=$LIB PYTHONPATH=$ROOT/python \
-        python3 examples/python/stream.py 20000 4096 || bad "Python stream"
+    py=(env ROCEV2_LIBRARY="$LIB" PYTHONPATH="$ROOT/python" python3)
 fi
+ROCEV2_CLI=$CLI "${py[@]}" examples/python/stream.py 20000 4096 || bad "Python stream"
+"${py[@]}" - <<'EOF' || bad "Python: opening rxe0"
+import rocev2
+try:
+    rocev2.Server(rocev2.ServerCfg(ip="192.0.2.1", deviceName="rxe0", gidIndex=0))
+except rocev2.Rocev2Error as e:
+    assert e.status_name == "UNSUPPORTED", (e.status_name, str(e))
+    assert "apt-get install libibverbs1 ibverbs-providers" in str(e), str(e)
+    print(f"rxe0 from Python: {e.status_name}: {e}")
+else:
+    raise SystemExit("opening rxe0 succeeded without libibverbs")
+EOF
 
 step "rocev2 recv --device rxe0: says what to install"
 set +e
