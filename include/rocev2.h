@@ -756,10 +756,11 @@ rocev2_status rocev2_device_config_init(rocev2_device_config *cfg, size_t size);
 /**
  * Opens a device (rogue's Core): finds it by name, opens it and allocates
  * its protection domain. Errors: ROCEV2_ERR_NO_DEVICE ("No RDMA devices found
- * on this host"), ROCEV2_ERR_DEVICE_NOT_FOUND ("RDMA device '<name>' not
- * found"). The GID index is not checked here. `cfg->struct_size` may be
- * any size from the ABI-2 one up (a larger struct's unknown tail must be
- * zero). On success `*out` owns the device: close it with
+ * on this host"), ROCEV2_ERR_DEVICE_NOT_FOUND (`"RDMA device '<name>' not
+ * found"`), ROCEV2_ERR_UNSUPPORTED (libibverbs.so.1, loaded at the first
+ * verbs open, is not installed: the message says what to install). The
+ * GID index is not checked here. `cfg->struct_size` may be any size from
+ * the ABI-2 one up (a larger struct's unknown tail must be zero). On success `*out` owns the device: close it with
  * rocev2_device_close (servers keep it alive). Open/close (not
  * create/destroy): a device exists before and after; a server is created.
  *

@@ -95,7 +95,7 @@ pub fn host_ip_from_gid(gid: &str) -> String {
 
 /// Checks that `<sysfs_root>/class/infiniband` lists `device`, with the texts
 /// of [`Device::open`](crate::Device::open): "No RDMA devices found on this
-/// host" when it lists none, "RDMA device '<name>' not found" otherwise. GID
+/// host" when it lists none, `"RDMA device '<name>' not found"` otherwise. GID
 /// auto-detection runs this first, so a host without RDMA says so instead of
 /// failing to find a GID.
 pub fn check_device_listed(sysfs_root: &Path, device: &str) -> Result<()> {

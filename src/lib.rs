@@ -3,18 +3,18 @@
 //! A RoCEv2 (RDMA over Converged Ethernet v2) reliable-connected receive server
 //! for FPGA data streams: the Rust implementation of rogue's
 //! `rogue::protocols::rocev2::Server`. Each frame the FPGA SENDs (with an
-//! immediate: channel in bits [7:0], ring position in bits [31:8]) lands in a
+//! immediate: channel in bits \[7:0\], ring position in bits \[31:8\]) lands in a
 //! slot of a registered slab and is handed to the consumer zero-copy, on loan;
 //! the slot is re-posted only when the consumer releases it, so back-pressure
 //! reaches the FPGA as RNR NAKs, never as lost data.
 //!
 //! Layers, top down (imports run one way, down; ARCHITECTURE.md is the map):
 //! [`ffi`] (the stable C API) -> [`Device`] / [`Server`] (this file: pick the
-//! backend by the config's type) -> backends ([`verbs`]: libibverbs; [`soft`]:
-//! a userspace RoCEv2 responder over UDP) -> the server core (slab, loans,
-//! receive thread, dispatch, counters) -> [`wire`], [`config`], [`gid`],
-//! [`error`]. The FPGA emulator ([`emulator`]) is a product of its own (`rocev2
-//! fpga-sim`), built on the same wire codec.
+//! backend by the config's type) -> backends (`verbs`: libibverbs, loaded at
+//! run time; [`soft`]: a userspace RoCEv2 responder over UDP) -> the server
+//! core (slab, loans, receive thread, dispatch, counters) -> [`wire`],
+//! [`config`], [`gid`], [`error`]. The FPGA emulator ([`emulator`]) is a
+//! product of its own (`rocev2 fpga-sim`), built on the same wire codec.
 //!
 //! ```no_run
 //! use rocev2::{ConnectParams, Device, DeviceConfig, Gid, Server, ServerConfig};
@@ -95,8 +95,10 @@ enum DeviceInner {
 
 impl Device {
     /// Opens the device `cfg` names ("No RDMA devices found on this host" /
-    /// "RDMA device '<name>' not found" as in rogue). The GID index is not
-    /// checked here; [`Server::create`] checks it.
+    /// `"RDMA device '<name>' not found"` as in rogue). The first verbs open
+    /// loads libibverbs.so.1; where it is not installed the error is
+    /// [`ErrorKind::Unsupported`], saying what to install. The GID index is
+    /// not checked here; [`Server::create`] checks it.
     pub fn open(cfg: &DeviceConfig) -> Result<Device> {
         cfg.validate()?;
         let inner = match cfg {

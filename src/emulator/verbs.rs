@@ -19,7 +19,7 @@ use super::pattern;
 use crate::config::Mtu;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
-use crate::verbs::{wc_status_text, Cq, Mr, Qp, VerbsDevice};
+use crate::verbs::{post_send, wc_status_text, Cq, Mr, Qp, VerbsDevice};
 use crate::wire::MASK_24;
 
 /// What a stream achieved.
@@ -152,7 +152,7 @@ impl VerbsRequester {
         wr.imm_data_invalidated_rkey_union.imm_data = imm.unwrap_or(0).to_be();
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: qp live; wr and sge valid for the call (the provider copies them).
-        let rc = unsafe { ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        let rc = unsafe { post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
         if rc != 0 {
             return Err(Error::device(format!(
                 "ibv_post_send failed on '{}': {}",

@@ -68,7 +68,7 @@ impl Frame {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// The channel: immediate bits [7:0] (0 for a message without one).
+    /// The channel: immediate bits \[7:0\] (0 for a message without one).
     pub fn channel(&self) -> u8 {
         (self.imm.unwrap_or(0) & 0xff) as u8
     }
@@ -81,7 +81,7 @@ impl Frame {
     pub fn has_immediate(&self) -> bool {
         self.imm.is_some()
     }
-    /// The FPGA's ring position: immediate bits [31:8] (0 without one).
+    /// The FPGA's ring position: immediate bits \[31:8\] (0 without one).
     pub fn ring_position(&self) -> u32 {
         self.imm.unwrap_or(0) >> 8
     }

@@ -9,7 +9,7 @@
 //!   the only owner of the protocol counters;
 //! - `landing`: the landing planner, which guesses where the next packets'
 //!   payloads belong so the kernel writes them straight into their slots;
-//! - this module, the driver: [`Backend::poll`] runs one receive batch
+//! - this module, the driver: `Backend::poll` runs one receive batch
 //!   through the pipeline: plan landings -> recvmmsg (`crate::net`) -> per
 //!   datagram: filter and parse -> ICRC check -> responder -> place (direct,
 //!   or copied when the guess missed) -> completions; then the coalesced

@@ -10,14 +10,18 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use super::{errno_text, VerbsDevice};
+use super::{dl, errno_text, VerbsDevice};
 use crate::error::{Error, Result};
 use crate::wire::MASK_24;
 
 /// libibverbs' text for a work completion status.
 pub(crate) fn wc_status_text(status: ibv_wc_status::Type) -> &'static str {
+    // A completion comes from a CQ, so the library is loaded.
+    let Some(api) = dl::loaded() else {
+        return "unknown status";
+    };
     // SAFETY: libibverbs returns a pointer to a static string for any value.
-    unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(status)) }
+    unsafe { std::ffi::CStr::from_ptr((api.ibv_wc_status_str)(status)) }
         .to_str()
         .unwrap_or("unknown status")
 }
@@ -25,7 +29,7 @@ pub(crate) fn wc_status_text(status: ibv_wc_status::Type) -> &'static str {
 /// A registered memory region.
 pub(crate) struct Mr {
     raw: NonNull<ibv_mr>,
-    _dev: Arc<VerbsDevice>,
+    dev: Arc<VerbsDevice>,
 }
 
 impl Mr {
@@ -41,7 +45,7 @@ impl Mr {
         what: &str,
     ) -> Result<Mr> {
         // SAFETY: pd is live (the device is); the caller vouches for the memory.
-        let raw = unsafe { ibv_reg_mr(dev.pd, addr as *mut _, len, access as i32) };
+        let raw = unsafe { (dev.api.ibv_reg_mr)(dev.pd, addr as *mut _, len, access as i32) };
         let raw = NonNull::new(raw).ok_or_else(|| {
             Error::device(format!(
                 "ibv_reg_mr ({what}, {len} bytes) failed on '{}': {} (raise `ulimit -l`, the \
@@ -52,7 +56,7 @@ impl Mr {
         })?;
         Ok(Mr {
             raw,
-            _dev: Arc::clone(dev),
+            dev: Arc::clone(dev),
         })
     }
 
@@ -72,21 +76,21 @@ impl Mr {
 impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: registered in `register`, deregistered once here.
-        unsafe { ibv_dereg_mr(self.raw.as_ptr()) };
+        unsafe { (self.dev.api.ibv_dereg_mr)(self.raw.as_ptr()) };
     }
 }
 
 /// A non-blocking completion channel (the fd the receive thread sleeps on).
 pub(crate) struct CompChannel {
     raw: NonNull<ibv_comp_channel>,
-    _dev: Arc<VerbsDevice>,
+    dev: Arc<VerbsDevice>,
 }
 
 impl CompChannel {
     /// Creates the channel and makes its fd non-blocking.
     pub(crate) fn create(dev: &Arc<VerbsDevice>) -> Result<CompChannel> {
         // SAFETY: ctx is live.
-        let raw = unsafe { ibv_create_comp_channel(dev.ctx) };
+        let raw = unsafe { (dev.api.ibv_create_comp_channel)(dev.ctx) };
         let raw = NonNull::new(raw).ok_or_else(|| {
             Error::device(format!(
                 "ibv_create_comp_channel failed on '{}': {}",
@@ -96,7 +100,7 @@ impl CompChannel {
         })?;
         let ch = CompChannel {
             raw,
-            _dev: Arc::clone(dev),
+            dev: Arc::clone(dev),
         };
         let fd = ch.fd();
         // SAFETY: F_GETFL/F_SETFL on the channel's valid fd.
@@ -122,16 +126,17 @@ impl CompChannel {
     /// Takes every queued event and acknowledges them on `cq` (the CQ this
     /// channel serves), so none is left unacked when the CQ is destroyed.
     pub(crate) fn drain_events(&self, cq: &Cq) {
+        let api = self.dev.api;
         let mut events = 0u32;
         let mut ev_cq: *mut ibv_cq = std::ptr::null_mut();
         let mut ctx: *mut libc::c_void = std::ptr::null_mut();
         // SAFETY: the channel is live and non-blocking; out-pointers are valid.
-        while unsafe { ibv_get_cq_event(self.raw.as_ptr(), &mut ev_cq, &mut ctx) } == 0 {
+        while unsafe { (api.ibv_get_cq_event)(self.raw.as_ptr(), &mut ev_cq, &mut ctx) } == 0 {
             events += 1;
         }
         if events > 0 {
             // SAFETY: acks events taken from this channel, whose only CQ is `cq`.
-            unsafe { ibv_ack_cq_events(cq.raw.as_ptr(), events) };
+            unsafe { (api.ibv_ack_cq_events)(cq.raw.as_ptr(), events) };
         }
     }
 }
@@ -139,14 +144,14 @@ impl CompChannel {
 impl Drop for CompChannel {
     fn drop(&mut self) {
         // SAFETY: created in `create`, destroyed once, after its CQ (field order).
-        unsafe { ibv_destroy_comp_channel(self.raw.as_ptr()) };
+        unsafe { (self.dev.api.ibv_destroy_comp_channel)(self.raw.as_ptr()) };
     }
 }
 
 /// A completion queue.
 pub(crate) struct Cq {
     raw: NonNull<ibv_cq>,
-    _dev: Arc<VerbsDevice>,
+    dev: Arc<VerbsDevice>,
 }
 
 impl Cq {
@@ -159,7 +164,8 @@ impl Cq {
     ) -> Result<Cq> {
         let ch = channel.map_or(std::ptr::null_mut(), |c| c.raw.as_ptr());
         // SAFETY: ctx (and the channel, if any) are live.
-        let raw = unsafe { ibv_create_cq(dev.ctx, depth as i32, std::ptr::null_mut(), ch, 0) };
+        let raw =
+            unsafe { (dev.api.ibv_create_cq)(dev.ctx, depth as i32, std::ptr::null_mut(), ch, 0) };
         let raw = NonNull::new(raw).ok_or_else(|| {
             Error::device(format!(
                 "ibv_create_cq ({what}, {depth} entries) failed on '{}': {}",
@@ -169,14 +175,14 @@ impl Cq {
         })?;
         Ok(Cq {
             raw,
-            _dev: Arc::clone(dev),
+            dev: Arc::clone(dev),
         })
     }
 
     /// Polls up to `wcs.len()` completions into `wcs`; returns how many.
     pub(crate) fn poll(&self, wcs: &mut [ibv_wc]) -> Result<usize> {
         // SAFETY: the CQ is live; wcs holds wcs.len() entries.
-        let n = unsafe { ibv_poll_cq(self.raw.as_ptr(), wcs.len() as i32, wcs.as_mut_ptr()) };
+        let n = unsafe { dl::poll_cq(self.raw.as_ptr(), wcs.len() as i32, wcs.as_mut_ptr()) };
         usize::try_from(n)
             .map_err(|_| Error::device(format!("ibv_poll_cq failed ({n}): {}", errno_text())))
     }
@@ -184,7 +190,7 @@ impl Cq {
     /// Asks for an event on the channel at the next completion.
     pub(crate) fn arm(&self) -> Result<()> {
         // SAFETY: the CQ is live.
-        match unsafe { ibv_req_notify_cq(self.raw.as_ptr(), 0) } {
+        match unsafe { dl::req_notify_cq(self.raw.as_ptr(), 0) } {
             0 => Ok(()),
             rc => Err(Error::device(format!(
                 "ibv_req_notify_cq failed: {}",
@@ -197,7 +203,7 @@ impl Cq {
 impl Drop for Cq {
     fn drop(&mut self) {
         // SAFETY: created in `create`, destroyed once, after its QP (field order).
-        unsafe { ibv_destroy_cq(self.raw.as_ptr()) };
+        unsafe { (self.dev.api.ibv_destroy_cq)(self.raw.as_ptr()) };
     }
 }
 
@@ -228,7 +234,7 @@ impl Qp {
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
         // SAFETY: pd and cq are live; init is valid.
-        let raw = unsafe { ibv_create_qp(dev.pd, &mut init) };
+        let raw = unsafe { (dev.api.ibv_create_qp)(dev.pd, &mut init) };
         let raw = NonNull::new(raw).ok_or_else(|| {
             Error::device(format!(
                 "ibv_create_qp ({what}, RC) failed on '{}': {}",
@@ -265,6 +271,6 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         // SAFETY: created in `create_rc`, destroyed once, first (field order).
-        unsafe { ibv_destroy_qp(self.raw.as_ptr()) };
+        unsafe { (self.dev.api.ibv_destroy_qp)(self.raw.as_ptr()) };
     }
 }

@@ -1,5 +1,6 @@
 //! The libibverbs backend (hardware RoCE NICs such as mlx5, or the kernel's
-//! Soft-RoCE rxe). The only module that uses rdma-sys.
+//! Soft-RoCE rxe). The only module that uses rdma-sys (for its types:
+//! libibverbs itself is loaded at run time, `dl.rs`).
 //!
 //! Least privilege: the MR is registered with `IBV_ACCESS_LOCAL_WRITE` only and
 //! the QP grants no remote access (`qp_access_flags = 0`, no RDMA READ
@@ -23,8 +24,11 @@ use crate::server::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH
 use crate::sys::poll_readable;
 use crate::wire::psn;
 
+mod dl;
 mod ibv;
 
+pub(crate) use dl::post_send;
+use dl::Verbs;
 pub(crate) use ibv::{wc_status_text, CompChannel, Cq, Mr, Qp};
 
 fn errno_text() -> String {
@@ -33,6 +37,7 @@ fn errno_text() -> String {
 
 /// An open ibverbs device and its protection domain (rogue's `Core`).
 pub struct VerbsDevice {
+    api: &'static Verbs,
     ctx: *mut ibv_context,
     pd: *mut ibv_pd,
     name: String,
@@ -48,16 +53,18 @@ unsafe impl Sync for VerbsDevice {}
 
 /// RAII for `ibv_get_device_list`.
 struct DeviceList {
+    api: &'static Verbs,
     list: *mut *mut ibv_device,
     len: usize,
 }
 
 impl DeviceList {
-    fn get() -> DeviceList {
+    fn get(api: &'static Verbs) -> DeviceList {
         let mut n: i32 = 0;
         // SAFETY: n is a valid out-pointer; a NULL list is handled below.
-        let list = unsafe { ibv_get_device_list(&mut n) };
+        let list = unsafe { (api.ibv_get_device_list)(&mut n) };
         DeviceList {
+            api,
             list,
             len: if list.is_null() { 0 } else { n.max(0) as usize },
         }
@@ -69,7 +76,7 @@ impl DeviceList {
                 // ibv_get_device_name returns a NUL-terminated string owned by it.
                 unsafe {
                     let dev = *self.list.add(i);
-                    let name = CStr::from_ptr(ibv_get_device_name(dev));
+                    let name = CStr::from_ptr((self.api.ibv_get_device_name)(dev));
                     (name.to_string_lossy().into_owned(), dev)
                 }
             })
@@ -81,14 +88,25 @@ impl Drop for DeviceList {
     fn drop(&mut self) {
         if !self.list.is_null() {
             // SAFETY: list came from ibv_get_device_list and is freed once.
-            unsafe { ibv_free_device_list(self.list) };
+            unsafe { (self.api.ibv_free_device_list)(self.list) };
         }
     }
 }
 
-/// The names of the ibverbs devices on this host.
+/// Loads libibverbs.so.1 (once; the verbs backend does it at the first device
+/// open). `Err` (`Unsupported`) when it cannot be loaded, saying what to
+/// install.
+pub fn load_library() -> Result<()> {
+    dl::load().map(|_| ())
+}
+
+/// The names of the ibverbs devices on this host (none when libibverbs cannot
+/// be loaded: [`load_library`] says why).
 pub fn device_names() -> Vec<String> {
-    DeviceList::get()
+    let Ok(api) = dl::load() else {
+        return Vec::new();
+    };
+    DeviceList::get(api)
         .devices()
         .into_iter()
         .map(|(n, _)| n)
@@ -147,7 +165,8 @@ impl VerbsDevice {
     /// Finds and opens device `name` and allocates its PD. The GID index is not
     /// validated here (rogue's Core does not either).
     pub fn open(name: &str, ib_port: u8, gid_index: u8) -> Result<VerbsDevice> {
-        let list = DeviceList::get();
+        let api = dl::load()?;
+        let list = DeviceList::get(api);
         let devices = list.devices();
         if devices.is_empty() {
             return Err(Error::new(
@@ -166,7 +185,7 @@ impl VerbsDevice {
             ));
         };
         // SAFETY: dev is an entry of the live device list.
-        let ctx = unsafe { ibv_open_device(dev) };
+        let ctx = unsafe { (api.ibv_open_device)(dev) };
         drop(list);
         if ctx.is_null() {
             return Err(Error::device(format!(
@@ -175,17 +194,18 @@ impl VerbsDevice {
             )));
         }
         // SAFETY: ctx is an open context.
-        let pd = unsafe { ibv_alloc_pd(ctx) };
+        let pd = unsafe { (api.ibv_alloc_pd)(ctx) };
         if pd.is_null() {
             let why = errno_text();
             // SAFETY: ctx is open and closed once here.
-            unsafe { ibv_close_device(ctx) };
+            unsafe { (api.ibv_close_device)(ctx) };
             return Err(Error::device(format!(
                 "Failed to allocate protection domain on '{name}': {why}"
             )));
         }
         log::info!("Opened RoCEv2 device '{name}', port {ib_port}, GID index {gid_index}");
         Ok(VerbsDevice {
+            api,
             ctx,
             pd,
             name: name.to_string(),
@@ -211,7 +231,7 @@ impl VerbsDevice {
         // SAFETY: ibv_device_attr is plain data; zeroed is a valid value.
         let mut attr: ibv_device_attr = unsafe { std::mem::zeroed() };
         // SAFETY: ctx is open; attr is a valid out-pointer.
-        if unsafe { ibv_query_device(self.ctx, &mut attr) } != 0 {
+        if unsafe { (self.api.ibv_query_device)(self.ctx, &mut attr) } != 0 {
             return Err(Error::device(format!(
                 "ibv_query_device failed on '{}': {}",
                 self.name,
@@ -224,8 +244,9 @@ impl VerbsDevice {
     fn port_attr(&self, port: u8) -> Result<ibv_port_attr> {
         // SAFETY: ibv_port_attr is plain data; zeroed is a valid value.
         let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: ctx is open; attr is a valid out-pointer of the full size.
-        if unsafe { ___ibv_query_port(self.ctx, port, &mut attr) } != 0 {
+        // SAFETY: ctx is open; attr is a valid, zeroed out-pointer of the full
+        // size (verbs.h's fallback path: the provider fills what it knows).
+        if unsafe { (self.api.ibv_query_port)(self.ctx, port, &mut attr) } != 0 {
             return Err(Error::device(format!(
                 "ibv_query_port failed on '{}' port {port}: {}",
                 self.name,
@@ -239,7 +260,7 @@ impl VerbsDevice {
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         let mut gid = ibv_gid { raw: [0; 16] };
         // SAFETY: ctx is open; gid is a valid out-pointer.
-        let rc = unsafe { ibv_query_gid(self.ctx, port, index as i32, &mut gid) };
+        let rc = unsafe { (self.api.ibv_query_gid)(self.ctx, port, index as i32, &mut gid) };
         if rc != 0 {
             return Err(Error::device(format!(
                 "ibv_query_gid failed for gidIndex={index} on device '{}' port {port}: {} \
@@ -263,7 +284,7 @@ impl VerbsDevice {
         for port in 1..=attr.phys_port_cnt {
             let pa = self.port_attr(port)?;
             // SAFETY: returns a static string for any state value.
-            let state = unsafe { CStr::from_ptr(ibv_port_state_str(pa.state)) }
+            let state = unsafe { CStr::from_ptr((self.api.ibv_port_state_str)(pa.state)) }
                 .to_string_lossy()
                 .into_owned();
             let types = format!(
@@ -314,7 +335,7 @@ impl VerbsDevice {
         what: &str,
     ) -> Result<()> {
         // SAFETY: qp is live (caller) and attr is valid for the fields in mask.
-        let rc = unsafe { ibv_modify_qp(qp, attr, mask.0 as i32) };
+        let rc = unsafe { (self.api.ibv_modify_qp)(qp, attr, mask.0 as i32) };
         if rc != 0 {
             return Err(Error::device(format!(
                 "{what} on device '{}': {}",
@@ -408,8 +429,8 @@ impl Drop for VerbsDevice {
         // SAFETY: pd and ctx were created in open and are released once, PD
         // first; every server holds an Arc to this device, so none is alive.
         unsafe {
-            ibv_dealloc_pd(self.pd);
-            ibv_close_device(self.ctx);
+            (self.api.ibv_dealloc_pd)(self.pd);
+            (self.api.ibv_close_device)(self.ctx);
         }
     }
 }
@@ -538,7 +559,7 @@ impl Backend for VerbsBackend {
         let mut bad: *mut ibv_recv_wr = ptr::null_mut();
         // SAFETY: qp is live; the chain and its SGEs live until the call returns
         // (the provider copies them into the receive queue).
-        let rc = unsafe { ibv_post_recv(self.qp.as_ptr(), base, &mut bad) };
+        let rc = unsafe { dl::post_recv(self.qp.as_ptr(), base, &mut bad) };
         if rc != 0 {
             return Err(Error::device(format!(
                 "ibv_post_recv failed ({} slots) on '{}': {}",

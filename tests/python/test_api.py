@@ -201,7 +201,8 @@ def test_the_installed_package_bundles_its_library():
     # The source tree's modules and py.typed (PEP 561), and the library.
     source = [f for f in os.listdir(os.path.join(root, "python", "rocev2")) if f != "__pycache__"]
     assert files == sorted(source + ["librocev2.abi3.so"]), files
-    # libibverbs stays a system library: linked by SONAME, never bundled.
+    # libibverbs stays a system library: loaded at run time by SONAME, never
+    # bundled (the library names it for dlopen).
     with open(rocev2.library._name, "rb") as f:
         assert b"libibverbs.so.1" in f.read()
     import importlib.metadata

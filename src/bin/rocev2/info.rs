@@ -15,8 +15,14 @@ pub fn run() -> Outcome {
     }
     #[cfg(feature = "verbs")]
     {
-        outln!("backend verbs: built in (libibverbs)")?;
-        let devices = rocev2::verbs::list_devices();
+        outln!("backend verbs: built in (libibverbs.so.1, loaded at run time)")?;
+        let devices = match rocev2::verbs::load_library() {
+            Ok(()) => rocev2::verbs::list_devices(),
+            Err(e) => {
+                outln!("  {e}")?;
+                return Ok(Exit::Ok);
+            }
+        };
         if devices.is_empty() {
             outln!(
                 "  No RDMA devices found on this host: no RoCE NIC driver is loaded and no \
