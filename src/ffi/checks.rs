@@ -3,13 +3,9 @@
 //! timer code tables, server config validation without a device, and the
 //! FPGA emulator's payload pattern.
 
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
-#![allow(clippy::missing_safety_doc)]
-
 use super::device::rocev2_device_config;
 use super::frame::rocev2_frame;
-use super::guard::{deref_mut, fn_name, guard, null};
+use super::guard::{deref_mut, fn_name, guard, null, slice};
 use super::rocev2_status;
 use super::server::{rocev2_host_params, rocev2_server_config, rocev2_stats, server_config_from};
 use crate::config::{Mtu, RnrTimer};
@@ -110,14 +106,8 @@ pub unsafe extern "C" fn rocev2_pattern_check(
     guard(fn_name!(), || {
         // SAFETY: NULL or a valid u64 (API contract).
         let out = unsafe { deref_mut(seq, "seq") }?;
-        let bytes: &[u8] = if len == 0 {
-            &[]
-        } else if data.is_null() {
-            return Err(null("data"));
-        } else {
-            // SAFETY: data has len readable bytes (API contract).
-            unsafe { std::slice::from_raw_parts(data, len) }
-        };
+        // SAFETY: data is NULL or has len readable bytes (API contract).
+        let bytes = unsafe { slice(data, len, "data") }?;
         *out = pattern::check(bytes).map_err(Error::invalid)?;
         Ok(())
     })

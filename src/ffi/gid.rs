@@ -1,14 +1,10 @@
 //! GID helpers: parse, format, detect the GID index from sysfs.
 
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
-#![allow(clippy::missing_safety_doc)]
-
 use std::ffi::{c_char, CStr};
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use super::guard::{c_str, copy_out, deref_mut, fn_name, guard, null};
+use super::guard::{c_str, copy_out, deref_mut, fn_name, guard, null, slice};
 use super::rocev2_status;
 use crate::error::{Error, ErrorKind};
 use crate::gid::Gid;
@@ -44,14 +40,12 @@ pub unsafe extern "C" fn rocev2_gid_format(
     len: usize,
 ) -> rocev2_status {
     guard(fn_name!(), || {
-        if gid.is_null() {
-            return Err(null("gid"));
-        }
+        // SAFETY: gid is NULL or has 16 readable bytes (API contract).
+        let raw = unsafe { slice(gid, 16, "gid") }?;
         if buf.is_null() {
             return Err(null("buf"));
         }
-        // SAFETY: gid has 16 readable bytes (API contract).
-        let g = Gid::from_slice(unsafe { std::slice::from_raw_parts(gid, 16) })?;
+        let g = Gid::from_slice(raw)?;
         if len < 40 {
             return Err(Error::new(
                 ErrorKind::BufferTooSmall,
