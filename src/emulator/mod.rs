@@ -363,8 +363,14 @@ impl FpgaEmulator {
 
     fn fail_if_fatal(&self) -> Result<()> {
         match self.req.fatal() {
+            // Retries that ran out are a timeout (the host stopped answering);
+            // a fatal NAK is the host refusing.
             Some(f) => Err(Error::new(
-                ErrorKind::Io,
+                if f.gave_up {
+                    ErrorKind::Timeout
+                } else {
+                    ErrorKind::Io
+                },
                 format!(
                     "FPGA emulator gave up: {} ({} frames lost)",
                     f.reason, f.lost_messages

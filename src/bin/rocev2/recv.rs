@@ -17,11 +17,10 @@ use rocev2::{
 use serde_json::json;
 
 use crate::args::{self, num, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX_PAYLOAD};
-use crate::demo::check_slab;
 use crate::out::{self, lib_err, print_json, round3, SERVER_FLAGS};
 use crate::record::RogueWriter;
 use crate::signals;
-use crate::{Exit, Fail, Outcome, AFTER_HELP};
+use crate::{Exit, Fail, Outcome};
 
 /// A server (soft or verbs): prints host params as JSON, counts / verifies / records frames
 ///
@@ -34,7 +33,7 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 /// first to the last frame. SIGINT or SIGTERM stops it cleanly: the frames
 /// taken so far recorded whole, the summary printed, exit 130 or 143.
 #[derive(Args, Debug)]
-#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct RecvArgs {
     /// RDMA device (`rocev2 info` lists them), or soft for the userspace backend
     #[arg(long, value_name = "soft|NAME", default_value = "soft")]
@@ -103,7 +102,7 @@ pub struct RecvArgs {
 
 pub fn run(a: RecvArgs) -> Outcome {
     signals::catch_stop_signals()?;
-    check_slab(a.max_payload, a.depth, "--max-payload")?;
+    args::check_slab(a.max_payload, a.depth, "--max-payload")?;
     if let Some(cpu) = a.cpu {
         check_cpu(cpu)?;
     }
