@@ -119,30 +119,7 @@ pub fn run(a: RecvArgs) -> Outcome {
         None => None,
     };
     let e = lib_err(SERVER_FLAGS);
-    let dc: DeviceConfig = match a.device.as_str() {
-        "soft" => SoftConfig {
-            bind_addr: a.bind.to_string(),
-            udp_port: a.port,
-            peer_udp_port: a.peer_port,
-            icrc_check: a.icrc_check.into(),
-        }
-        .into(),
-        name => VerbsConfig {
-            gid_index: a.gid_index,
-            ib_port: a.ib_port,
-            ..VerbsConfig::new(name)
-        }
-        .into(),
-    };
-    let dev = Device::open(&dc).map_err(&e)?;
-    let cfg = ServerConfig {
-        max_payload: a.max_payload,
-        rx_queue_depth: a.depth,
-        spin_us: a.spin_us,
-        cpu_affinity: a.cpu,
-        ..Default::default()
-    };
-    let server = Server::create(&dev, &cfg).map_err(&e)?;
+    let (_dev, server) = open_server(&a)?;
     let hp = server.host_params();
     print_json(json!({
         "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
@@ -179,15 +156,52 @@ pub fn run(a: RecvArgs) -> Outcome {
     if let Some(stop) = signals::caught() {
         return Ok(stop.exit());
     }
-    Ok(if t.bad > 0 {
+    Ok(exit_code(&t, a.frames))
+}
+
+/// The device and the server `recv` asks for (the device kept open beside
+/// its server).
+fn open_server(a: &RecvArgs) -> Result<(Device, Server), Fail> {
+    let e = lib_err(SERVER_FLAGS);
+    let dc: DeviceConfig = match a.device.as_str() {
+        "soft" => SoftConfig {
+            bind_addr: a.bind.to_string(),
+            udp_port: a.port,
+            peer_udp_port: a.peer_port,
+            icrc_check: a.icrc_check.into(),
+        }
+        .into(),
+        name => VerbsConfig {
+            gid_index: a.gid_index,
+            ib_port: a.ib_port,
+            ..VerbsConfig::new(name)
+        }
+        .into(),
+    };
+    let dev = Device::open(&dc).map_err(&e)?;
+    let cfg = ServerConfig {
+        max_payload: a.max_payload,
+        rx_queue_depth: a.depth,
+        spin_us: a.spin_us,
+        cpu_affinity: a.cpu,
+        ..Default::default()
+    };
+    let server = Server::create(&dev, &cfg).map_err(&e)?;
+    Ok((dev, server))
+}
+
+/// How a finished recv exits: a bad frame, no frame, fewer than `--frames`
+/// (`want`), or all well.
+fn exit_code(t: &Tally, want: Option<u64>) -> Exit {
+    if t.bad > 0 {
         Exit::Verify
     } else if t.frames == 0 {
         Exit::NoFrames
-    } else if a.frames.is_some_and(|n| t.frames < n) {
+    } else if want.is_some_and(|n| t.frames < n) {
         Exit::Timeout
     } else {
         Exit::Ok
-    })
+    }
 }
 
 /// `--fpga-qpn -`: one line from stdin; `None` when a stop signal comes
