@@ -154,3 +154,60 @@ pub(crate) unsafe fn init_sized<T: SizedStruct>(p: *mut T, size: usize, defaults
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::{rocev2_frame, rocev2_server_config, rocev2_stats};
+
+    /// Every refusal has one shape: the argument's struct_size, the valid
+    /// range, what to do (the `_init` function for a struct the library
+    /// reads, sizeof for one it writes).
+    #[test]
+    fn one_rule_one_message_shape() {
+        let cfg = rocev2_server_config {
+            struct_size: 8,
+            ..Default::default()
+        };
+        // SAFETY: a live struct of its full size.
+        let e = unsafe { read_sized(&cfg, rocev2_server_config::default(), "cfg") }.unwrap_err();
+        let want = format!(
+            "cfg->struct_size is 8; valid: {} or more: fill it with \
+             rocev2_server_config_init(cfg, sizeof *cfg)",
+            std::mem::size_of::<rocev2_server_config>()
+        );
+        assert_eq!(e.message(), want);
+
+        let mut st = rocev2_stats {
+            struct_size: 3,
+            ..Default::default()
+        };
+        // SAFETY: a live struct of its full size.
+        let e = unsafe { write_sized(&mut st, rocev2_stats::default(), "out") }.unwrap_err();
+        assert_eq!(
+            e.message(),
+            "out->struct_size is 3; valid: 4 or more: set it to sizeof(rocev2_stats) before the call"
+        );
+        // 4 is enough for a stats struct: struct_size alone is written back.
+        st.struct_size = 4;
+        // SAFETY: as above.
+        unsafe { write_sized(&mut st, rocev2_stats::default(), "out") }.unwrap();
+        assert_eq!(st.struct_size, 4);
+
+        let short = std::mem::offset_of!(rocev2_frame, token) as u32;
+        let fr = [short, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        // SAFETY: 40 readable bytes, starting with struct_size.
+        let e = unsafe { caller_size(fr.as_ptr() as *const rocev2_frame, "frames") }.unwrap_err();
+        assert!(
+            e.message()
+                .starts_with(&format!("frames->struct_size is {short}; valid: "))
+                && e.message()
+                    .ends_with("set it to sizeof(rocev2_frame) before the call"),
+            "{}",
+            e.message()
+        );
+        // SAFETY: NULL is refused before any read.
+        let e = unsafe { caller_size(std::ptr::null::<rocev2_frame>(), "frame") }.unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::NullPointer);
+    }
+}
