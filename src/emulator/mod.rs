@@ -35,6 +35,7 @@ use crate::sys::{poll_readable, random_u32};
 use crate::wire::icrc::{IcrcCache, Ipv4Udp};
 use crate::wire::MASK_24;
 use crate::wire::{self, Bth, Opcode, Packet};
+use pattern::Rng;
 use requester::{Requester, RequesterConfig, RequesterStats};
 use tx::Tx;
 
@@ -182,19 +183,6 @@ pub struct EmulatorStats {
     pub restarts: u64,
 }
 
-struct Rng(u64);
-impl Rng {
-    fn chance(&mut self, p: f64) -> bool {
-        if p <= 0.0 {
-            return false;
-        }
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
-
 /// ACKs read per recvmmsg.
 const RX_BATCH: usize = 64;
 
@@ -292,7 +280,7 @@ impl FpgaEmulator {
         let io = UdpIo::bind(cfg.bind, RX_BATCH)?;
         let local = io.local_addr()?;
         Ok(FpgaEmulator {
-            rng: Rng(cfg.faults.seed | 1),
+            rng: Rng::new(cfg.faults.seed),
             req: Self::requester(&cfg),
             before_restart: RequesterStats::default(),
             cfg,
@@ -376,8 +364,14 @@ impl FpgaEmulator {
 
     fn fail_if_fatal(&self) -> Result<()> {
         match self.req.fatal() {
+            // Retries that ran out are a timeout (the host stopped answering);
+            // a fatal NAK is the host refusing.
             Some(f) => Err(Error::new(
-                ErrorKind::Io,
+                if f.gave_up {
+                    ErrorKind::Timeout
+                } else {
+                    ErrorKind::Io
+                },
                 format!(
                     "FPGA emulator gave up: {} ({} frames lost)",
                     f.reason, f.lost_messages

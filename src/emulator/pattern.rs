@@ -2,6 +2,7 @@
 //! frame's sequence number (little-endian), the rest a xorshift32 stream seeded
 //! from it, so a receiver checks every byte of every frame and its order.
 //! The same generator is written out in C in tests/c and in Python.
+//! Also [`Rng`], the crate's one random source for fault draws.
 
 fn seed(seq: u64) -> u32 {
     ((seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32) | 1
@@ -32,6 +33,33 @@ fn next(mut s: u32) -> u32 {
     s ^= s >> 17;
     s ^= s << 5;
     s
+}
+
+/// xorshift64 (13, 7, 17), the crate's one random source for fault draws
+/// (the emulator's faults, the soft tests' lossy network): reproducible
+/// from a seed, not the payload pattern above (whose stream is fixed by the
+/// C and Python checkers).
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed` (any value; made odd, so never 0).
+    pub(crate) fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    /// The next 64 random bits.
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// True with probability `p` (never for `p` <= 0).
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
 }
 
 /// The payload of frame `seq` with `len` bytes.

@@ -95,6 +95,9 @@ impl std::ops::Add for RequesterStats {
 pub struct Fatal {
     /// Why.
     pub reason: String,
+    /// True when retries ran out (the host stopped answering or kept
+    /// refusing with RNR NAKs); false for a fatal NAK.
+    pub gave_up: bool,
     /// Messages submitted but never acknowledged.
     pub lost_messages: u64,
 }
@@ -247,11 +250,12 @@ impl Requester {
         &self.msgs[(abs - self.first_msg) as usize]
     }
 
-    fn fail(&mut self, reason: String) {
+    fn fail(&mut self, reason: String, gave_up: bool) {
         if self.fatal.is_none() {
             let lost = self.msgs.len() as u64;
             self.fatal = Some(Fatal {
                 reason,
+                gave_up,
                 lost_messages: lost,
             });
             self.window.clear();
@@ -397,10 +401,13 @@ impl Requester {
                 }
                 self.rnr_retries += 1;
                 if self.cfg.rnr_retry != 7 && self.rnr_retries > self.cfg.rnr_retry {
-                    self.fail(format!(
-                        "RNR retries exhausted ({}) at PSN {ack_psn:#x}",
-                        self.cfg.rnr_retry
-                    ));
+                    self.fail(
+                        format!(
+                            "RNR retries exhausted ({}) at PSN {ack_psn:#x}",
+                            self.cfg.rnr_retry
+                        ),
+                        true,
+                    );
                     return;
                 }
                 let wait_ns = RNR_TIMER_US[(code & 31) as usize] as u64 * 1000;
@@ -414,10 +421,13 @@ impl Requester {
                     self.send_at = 0;
                 }
             }
-            other => self.fail(format!(
-                "fatal NAK {other:?} (syndrome {:#04x}) at PSN {ack_psn:#x}",
-                other.byte()
-            )),
+            other => self.fail(
+                format!(
+                    "fatal NAK {other:?} (syndrome {:#04x}) at PSN {ack_psn:#x}",
+                    other.byte()
+                ),
+                false,
+            ),
         }
     }
 
@@ -459,7 +469,7 @@ impl Requester {
                 self.fail(format!(
                     "transport retries exhausted ({} timeouts) at PSN {at:#x}: the host does not answer",
                     self.cfg.retry_cnt
-                ));
+                ), true);
                 return;
             }
             self.send_at = 0;

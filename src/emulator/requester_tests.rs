@@ -140,6 +140,7 @@ fn timeout_retransmits_then_gives_up_and_counts_the_loss() {
     r.on_timer(now);
     let f = r.fatal().unwrap();
     assert!(f.reason.contains("retries exhausted"), "{}", f.reason);
+    assert!(f.gave_up, "retries that ran out are a give-up (a timeout)");
     assert_eq!(f.lost_messages, 1);
     assert!(r.poll_transmit(now).is_none());
 }
@@ -158,7 +159,9 @@ fn fatal_nak_fails_and_counts_lost_messages() {
         },
         1,
     );
-    assert_eq!(r.fatal().unwrap().lost_messages, 2);
+    let f = r.fatal().unwrap();
+    assert_eq!(f.lost_messages, 2);
+    assert!(!f.gave_up, "a fatal NAK is a refusal, not a timeout");
 }
 
 #[test]
@@ -232,6 +235,7 @@ fn rnr_retries_count_anew_after_progress() {
     // Two in a row at one PSN exceed rnr_retry 1: the frame fails.
     r.on_ack(0, rnr, now);
     assert!(r.fatal().unwrap().reason.contains("RNR retries exhausted"));
+    assert!(r.fatal().unwrap().gave_up);
 }
 
 #[test]

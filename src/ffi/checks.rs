@@ -3,13 +3,9 @@
 //! timer code tables, server config validation without a device, and the
 //! FPGA emulator's payload pattern.
 
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
-#![allow(clippy::missing_safety_doc)]
-
 use super::device::rocev2_device_config;
 use super::frame::rocev2_frame;
-use super::guard::{deref_mut, fn_name, guard, null};
+use super::guard::{deref_mut, fn_name, guard, null, slice};
 use super::rocev2_status;
 use super::server::{rocev2_host_params, rocev2_server_config, rocev2_stats, server_config_from};
 use crate::config::{Mtu, RnrTimer};
@@ -110,14 +106,8 @@ pub unsafe extern "C" fn rocev2_pattern_check(
     guard(fn_name!(), || {
         // SAFETY: NULL or a valid u64 (API contract).
         let out = unsafe { deref_mut(seq, "seq") }?;
-        let bytes: &[u8] = if len == 0 {
-            &[]
-        } else if data.is_null() {
-            return Err(null("data"));
-        } else {
-            // SAFETY: data has len readable bytes (API contract).
-            unsafe { std::slice::from_raw_parts(data, len) }
-        };
+        // SAFETY: data is NULL or has len readable bytes (API contract).
+        let bytes = unsafe { slice(data, len, "data") }?;
         *out = pattern::check(bytes).map_err(Error::invalid)?;
         Ok(())
     })
@@ -212,101 +202,5 @@ mod tests {
                 rocev2_status::ROCEV2_ERR_NULL_POINTER
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod gid_tests {
-    use crate::ffi::{rocev2_gid_host_ip, rocev2_gid_parse, rocev2_status};
-    use std::ffi::{c_char, CStr};
-    use std::net::Ipv4Addr;
-
-    fn host_ip(text: &CStr, len: usize) -> (rocev2_status, String) {
-        let mut buf = [0 as c_char; 64];
-        // SAFETY: a NUL-terminated string and a 64-byte buffer (len <= 64).
-        let st = unsafe { rocev2_gid_host_ip(text.as_ptr(), buf.as_mut_ptr(), len) };
-        // SAFETY: the buffer stays NUL-terminated (zeroed, copy_out terminates).
-        let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
-        (st, s.to_string_lossy().into_owned())
-    }
-
-    #[test]
-    fn gid_host_ip_maps_v4_gids_and_empties_the_rest() {
-        let ok = rocev2_status::ROCEV2_OK;
-        assert_eq!(
-            host_ip(c"0000:0000:0000:0000:0000:ffff:0a00:0001", 64),
-            (ok, "10.0.0.1".into())
-        );
-        assert_eq!(
-            host_ip(c"fe80:0000:0000:0000:0000:0000:0a00:0001", 64),
-            (ok, String::new())
-        );
-        assert_eq!(host_ip(c"10.0.0.1", 64), (ok, String::new()));
-        let (st, _) = host_ip(c"0000:0000:0000:0000:0000:ffff:0a00:0001", 8);
-        assert_eq!(st, rocev2_status::ROCEV2_ERR_BUFFER_TOO_SMALL);
-    }
-
-    /// rocev2_gid_parse: the 16 bytes, or the status.
-    fn parse(text: &CStr) -> Result<[u8; 16], rocev2_status> {
-        let mut out = [0u8; 16];
-        // SAFETY: a NUL-terminated string and 16 writable bytes.
-        match unsafe { rocev2_gid_parse(text.as_ptr(), out.as_mut_ptr()) } {
-            rocev2_status::ROCEV2_OK => Ok(out),
-            st => Err(st),
-        }
-    }
-
-    /// Before: rocev2_gid_host_ip gave an address for groups rocev2_gid_parse
-    /// rejects (not hex, a sign, 5 digits), and INVALID_ARGUMENT instead of
-    /// the documented empty string for text that is not UTF-8. Both now read
-    /// the groups with one parser: an address comes only from a text that
-    /// rocev2_gid_parse reads as a GID ending in that address.
-    #[test]
-    fn gid_host_ip_and_gid_parse_agree() {
-        let ok = rocev2_status::ROCEV2_OK;
-        let cases: [(&CStr, &str); 13] = [
-            (c"0000:0000:0000:0000:0000:ffff:0a00:0001", "10.0.0.1"),
-            (c"0000:0000:0000:0000:0000:FFFF:c0a8:0164", "192.168.1.100"),
-            (c"0:0:0:0:0:ffff:a00:1", "10.0.0.1"),
-            (c" 0000:0000:0000:0000:0000:ffff:0a00:0001\n", "10.0.0.1"),
-            (c"g000:0000:0000:0000:0000:ffff:0a00:0001", ""),
-            (c"+000:0000:0000:0000:0000:ffff:0a00:0001", ""),
-            (c"0000:0000:0000:0000:0000:ffff:+a00:0001", ""),
-            (c"0000:0000:0000:0000:0000:ffff:0a00:-001", ""),
-            (c"00000:0000:0000:0000:0000:ffff:0a00:0001", ""),
-            (c"0000:0000:0000:0000:0000:ffff:0a00:00001", ""),
-            (c"0000:0000:0000:0000:0000:ffff:0a00:0x01", ""),
-            (c"0000:0000:0000:0000:0000:ffff:0a00:0001:", ""),
-            (c"fe80:0000:0000:0000:0202:c9ff:fe00:0001", ""),
-        ];
-        let mut wrong = Vec::new();
-        for (text, want) in cases {
-            let got = host_ip(text, 64);
-            if got != (ok, want.to_string()) {
-                wrong.push(format!("host_ip({text:?}) = {got:?}, want {want:?}"));
-            }
-            let parsed = parse(text);
-            let agrees = match want {
-                // Rejected, or a GID that does not end in ffff:a.b.c.d.
-                "" => parsed.map_or(true, |g| g[10..12] != [0xff, 0xff]),
-                ip => parsed == Ok(ip.parse::<Ipv4Addr>().unwrap().to_ipv6_mapped().octets()),
-            };
-            if !agrees {
-                wrong.push(format!("gid_parse({text:?}) = {parsed:?}, want {want:?}"));
-            }
-        }
-        // Not UTF-8: no GID, so no address (and not an error).
-        let bad = c"0000:0000:0000:0000:0000:ffff:0a00:\xff001";
-        assert_eq!(parse(bad), Err(rocev2_status::ROCEV2_ERR_INVALID_ARGUMENT));
-        let got = host_ip(bad, 64);
-        if got != (ok, String::new()) {
-            wrong.push(format!("host_ip({bad:?}) = {got:?}, want \"\""));
-        }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-        // A NULL string stays an error.
-        let mut buf = [0 as c_char; 16];
-        // SAFETY: a NULL string (checked) and a 16-byte buffer.
-        let st = unsafe { rocev2_gid_host_ip(std::ptr::null(), buf.as_mut_ptr(), 16) };
-        assert_eq!(st, rocev2_status::ROCEV2_ERR_NULL_POINTER);
     }
 }

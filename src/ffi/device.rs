@@ -1,15 +1,9 @@
 //! Device handles: open, close, list (rogue's `Core`).
 
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
-#![allow(clippy::missing_safety_doc)]
-
 use std::ffi::c_char;
 
-use super::guard::{
-    c_str, copy_out, deref_mut, fn_name, guard, guard_void, init_sized, read_sized, BoxHandle,
-    Sized2,
-};
+use super::guard::{c_str, copy_out, deref_mut, fn_name, guard, guard_or, BoxHandle};
+use super::sized::{init_sized, read_sized, SizedStruct};
 use super::{rocev2_status, ROCEV2_ICRC_AUTO};
 use crate::config::{DeviceConfig, IcrcCheck, VerbsConfig};
 use crate::error::{Error, ErrorKind};
@@ -61,10 +55,11 @@ pub struct rocev2_device_config {
 
 // SAFETY: #[repr(C)], starts with u32 struct_size; plain data (the string
 // pointers are only read through c_str, which checks them).
-unsafe impl Sized2 for rocev2_device_config {
+unsafe impl SizedStruct for rocev2_device_config {
     const NAME: &'static str = "rocev2_device_config";
     // ABI 2.0's struct ended before busy_poll_us.
-    const FIRST_SIZE: usize = std::mem::offset_of!(rocev2_device_config, busy_poll_us);
+    const SMALLEST: usize = std::mem::offset_of!(rocev2_device_config, busy_poll_us);
+    const READ: bool = true;
 }
 
 impl Default for rocev2_device_config {
@@ -155,9 +150,10 @@ pub unsafe extern "C" fn rocev2_device_open(
 /// call on the same handle.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_device_close(dev: *mut rocev2_device) {
-    guard_void(fn_name!(), || {
+    guard_or(fn_name!(), (), || {
         // SAFETY: dev is NULL or came from rocev2_device_open, closed once.
-        unsafe { rocev2_device::free(dev) }
+        unsafe { rocev2_device::free(dev) };
+        Ok(())
     })
 }
 

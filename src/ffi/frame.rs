@@ -1,15 +1,12 @@
 //! Frames on loan: the C view of a frame, pulling frames, releasing tokens.
 
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
-#![allow(clippy::missing_safety_doc)]
-
 use std::time::Duration;
 
-use super::guard::{fn_name, guard, null, write_sized, Sized2};
+use super::guard::{fn_name, guard, slice};
 use super::handles;
 use super::rocev2_status;
 use super::server::{core_ref, rocev2_server};
+use super::sized::{caller_size, put_sized, SizedStruct};
 use crate::error::{Error, ErrorKind};
 use crate::server::Frame;
 
@@ -44,9 +41,11 @@ pub struct rocev2_frame {
 }
 
 // SAFETY: #[repr(C)], starts with u32 struct_size, plain data.
-unsafe impl Sized2 for rocev2_frame {
+unsafe impl SizedStruct for rocev2_frame {
     const NAME: &'static str = "rocev2_frame";
-    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_frame>();
+    // Written only, but the token must fit.
+    const SMALLEST: usize = std::mem::size_of::<rocev2_frame>();
+    const READ: bool = false;
 }
 
 /// Hands a frame's loan to C: its token now holds the frame's reference.
@@ -99,22 +98,16 @@ pub unsafe extern "C" fn rocev2_server_poll_frame(
     frame: *mut rocev2_frame,
 ) -> rocev2_status {
     guard(fn_name!(), || {
-        if frame.is_null() {
-            return Err(null("frame"));
-        }
-        // SAFETY: frame is non-null and starts with the caller's struct_size.
-        let size = unsafe { std::ptr::read_unaligned(frame as *const u32) } as usize;
-        if size < rocev2_frame::FIRST_SIZE {
-            return Err(Error::invalid(format!(
-                "frame->struct_size is {size}; valid: {} or more: set it to sizeof(rocev2_frame)",
-                rocev2_frame::FIRST_SIZE
-            )));
-        }
+        // SAFETY: frame is NULL or starts with the caller's struct_size.
+        let size = unsafe { caller_size(frame, "frame") }?;
         let core = core_ref(srv)?;
         let timeout = timeout_of(timeout_ms)?;
         match core.poll_frame(timeout)? {
-            // SAFETY: frame has struct_size (>= ours) writable bytes.
-            Some(f) => unsafe { write_sized(frame, to_frame(f), "frame") },
+            Some(f) => {
+                // SAFETY: frame has `size` writable bytes, a size the rule accepted.
+                unsafe { put_sized(frame, size, to_frame(f)) };
+                Ok(())
+            }
             None => Err(Error::new(
                 ErrorKind::Timeout,
                 format!("no frame within {timeout_ms} ms"),
@@ -146,18 +139,8 @@ pub unsafe extern "C" fn rocev2_server_poll_frames(
         // SAFETY: NULL or a valid usize (API contract).
         let got = unsafe { super::guard::deref_mut(got, "got") }?;
         *got = 0;
-        if frames.is_null() {
-            return Err(null("frames"));
-        }
-        // SAFETY: frames is non-null and starts with the caller's struct_size.
-        let stride = unsafe { std::ptr::read_unaligned(frames as *const u32) } as usize;
-        if stride < rocev2_frame::FIRST_SIZE {
-            return Err(Error::invalid(format!(
-                "frames[0].struct_size is {stride}; valid: {} or more: set it to \
-                 sizeof(rocev2_frame)",
-                rocev2_frame::FIRST_SIZE
-            )));
-        }
+        // SAFETY: frames is NULL or starts with the caller's struct_size.
+        let stride = unsafe { caller_size(frames, "frames") }?;
         if max == 0 {
             return Err(Error::invalid("max is 0; valid: 1 or more frames"));
         }
@@ -165,13 +148,10 @@ pub unsafe extern "C" fn rocev2_server_poll_frames(
         let timeout = timeout_of(timeout_ms)?;
         let put = |f: Frame| {
             // SAFETY: `frames` holds `max` structs of `stride` bytes (API
-            // contract) and *got < max here; each gets its struct_size
-            // before the sized write.
+            // contract), a size the rule accepted, and *got < max here.
             unsafe {
                 let at = (frames as *mut u8).add(*got * stride) as *mut rocev2_frame;
-                std::ptr::write_unaligned(at as *mut u32, stride as u32);
-                // Cannot fail: at is non-null and stride >= FIRST_SIZE.
-                let _ = write_sized(at, to_frame(f), "frames");
+                put_sized(at, stride, to_frame(f));
             }
             *got += 1;
         };
@@ -201,11 +181,8 @@ pub unsafe extern "C" fn rocev2_server_release_many(
         if n == 0 {
             return Ok(());
         }
-        if tokens.is_null() {
-            return Err(null("tokens"));
-        }
         // SAFETY: tokens has n readable u64 (API contract).
-        let tokens = unsafe { std::slice::from_raw_parts(tokens, n) };
+        let tokens = unsafe { slice(tokens, n, "tokens") }?;
         let core = handles::server_for_release(srv)?;
         let mut first_bad = None;
         let mut released = 0;

@@ -90,13 +90,16 @@ pub(crate) fn guard(func: &str, body: impl FnOnce() -> Result<()>) -> rocev2_sta
     }
 }
 
-/// Runs `body` for an exported function that returns no status (destroy,
-/// close): panics are caught and logged.
-pub(crate) fn guard_void(func: &str, body: impl FnOnce()) {
+/// Runs `body` for an exported function that returns a value, not a status
+/// (end_cause, is_running, destroy, close): as [`guard`], and `default` when
+/// `body` fails or panics.
+pub(crate) fn guard_or<R>(func: &str, default: R, body: impl FnOnce() -> Result<R>) -> R {
+    let mut out = None;
     let _ = guard(func, || {
-        body();
+        out = Some(body()?);
         Ok(())
     });
+    out.unwrap_or(default)
 }
 
 pub(crate) fn null(arg: &str) -> Error {
@@ -119,6 +122,23 @@ pub(crate) unsafe fn deref<'a, T>(p: *const T, arg: &str) -> Result<&'a T> {
 pub(crate) unsafe fn deref_mut<'a, T>(p: *mut T, arg: &str) -> Result<&'a mut T> {
     // SAFETY: the caller guarantees validity when non-null.
     unsafe { p.as_mut() }.ok_or_else(|| null(arg))
+}
+
+/// `n` values at `p` as a slice (empty when `n` is 0, whatever `p`), or a
+/// NullPointer error naming `arg`.
+///
+/// # Safety
+/// A non-null `p` must point to `n` readable, initialised `T` that live for
+/// the returned lifetime.
+pub(crate) unsafe fn slice<'a, T>(p: *const T, n: usize, arg: &str) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null(arg));
+    }
+    // SAFETY: non-null with n readable T per the caller.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
 /// A UTF-8 string argument.
@@ -183,121 +203,4 @@ pub(crate) trait BoxHandle: Sized {
             drop(unsafe { Box::from_raw(p as *mut Self::Rust) });
         }
     }
-}
-
-/// A `#[repr(C)]` struct of plain data that begins with `uint32_t
-/// struct_size` (the ABI-2 size protocol).
-///
-/// # Safety
-/// Implementors must be `#[repr(C)]`, start with a `u32` struct_size field,
-/// and be valid for any bit pattern of their bytes that the library writes.
-pub(crate) unsafe trait Sized2: Copy {
-    /// The struct's name in messages.
-    const NAME: &'static str;
-    /// The smallest size a caller may pass when the library *reads* the
-    /// struct: its size in the first ABI-2 release (2.0).
-    const FIRST_SIZE: usize;
-}
-
-/// Reads a caller's struct whose `struct_size` may differ from ours: fields
-/// the caller's (older) struct lacks take `defaults`; a newer, larger struct
-/// is accepted when every byte we do not know is zero.
-///
-/// # Safety
-/// A non-null `p` must point to at least `struct_size` readable bytes.
-pub(crate) unsafe fn read_sized<T: Sized2>(p: *const T, defaults: T, arg: &str) -> Result<T> {
-    if p.is_null() {
-        return Err(null(arg));
-    }
-    // SAFETY: p is non-null and starts with the u32 struct_size.
-    let size = unsafe { std::ptr::read_unaligned(p as *const u32) } as usize;
-    let ours = std::mem::size_of::<T>();
-    if size < T::FIRST_SIZE {
-        return Err(Error::invalid(format!(
-            "{}.struct_size is {size}; valid: {} or more (the ABI-2 size): initialise it with \
-             {}_init(&cfg, sizeof cfg)",
-            T::NAME,
-            T::FIRST_SIZE,
-            T::NAME
-        )));
-    }
-    if size > ours {
-        // SAFETY: the caller vouches for `size` readable bytes.
-        let tail = unsafe { std::slice::from_raw_parts((p as *const u8).add(ours), size - ours) };
-        if let Some(at) = tail.iter().position(|&b| b != 0) {
-            return Err(Error::invalid(format!(
-                "{} has {size} bytes and byte {} (beyond the {ours} this librocev2 {} knows) \
-                 is not zero: the caller uses a field of a newer ABI; upgrade librocev2",
-                T::NAME,
-                ours + at,
-                crate::VERSION
-            )));
-        }
-    }
-    let mut out = defaults;
-    // SAFETY: copies min(size, ours) bytes of plain data from the caller's
-    // struct into ours; both hold at least that many.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            p as *const u8,
-            &mut out as *mut T as *mut u8,
-            size.min(ours),
-        )
-    };
-    // SAFETY: T starts with its u32 struct_size (trait contract).
-    unsafe { std::ptr::write_unaligned(&mut out as *mut T as *mut u32, ours as u32) };
-    Ok(out)
-}
-
-/// Writes `full` into a caller's struct of `struct_size` bytes (set by the
-/// caller): at most that many, then sets struct_size to the bytes written.
-///
-/// # Safety
-/// A non-null `p` must point to at least `struct_size` writable bytes.
-pub(crate) unsafe fn write_sized<T: Sized2>(p: *mut T, full: T, arg: &str) -> Result<()> {
-    if p.is_null() {
-        return Err(null(arg));
-    }
-    // SAFETY: p is non-null and starts with the u32 struct_size.
-    let cap = unsafe { std::ptr::read_unaligned(p as *const u32) } as usize;
-    if cap < 4 {
-        return Err(Error::invalid(format!(
-            "{arg}->struct_size is {cap}: set it to sizeof({}) before the call",
-            T::NAME
-        )));
-    }
-    let n = cap.min(std::mem::size_of::<T>());
-    // SAFETY: copies n <= cap bytes of plain data into the caller's struct.
-    unsafe { std::ptr::copy_nonoverlapping(&full as *const T as *const u8, p as *mut u8, n) };
-    // SAFETY: as above; the first 4 bytes are the caller's struct_size.
-    unsafe { std::ptr::write_unaligned(p as *mut u32, n as u32) };
-    Ok(())
-}
-
-/// Fills a caller's struct of `size` bytes (`sizeof` as the caller compiled
-/// it) with `defaults` (zero beyond the fields this library knows): exactly
-/// `size` bytes, struct_size = `size`. So a newer caller that sets a field
-/// this library does not know is refused by [`read_sized`], never ignored.
-///
-/// # Safety
-/// A non-null `p` must point to at least `size` writable bytes.
-pub(crate) unsafe fn init_sized<T: Sized2>(p: *mut T, size: usize, defaults: T) -> Result<()> {
-    if p.is_null() {
-        return Err(null("cfg"));
-    }
-    if size < 4 || size > u32::MAX as usize {
-        return Err(Error::invalid(format!(
-            "size {size} is not a struct size for {}: pass sizeof({})",
-            T::NAME,
-            T::NAME
-        )));
-    }
-    let n = size.min(std::mem::size_of::<T>());
-    // SAFETY: n <= size writable bytes; plain data.
-    unsafe {
-        std::ptr::write_bytes(p as *mut u8, 0, size);
-        std::ptr::copy_nonoverlapping(&defaults as *const T as *const u8, p as *mut u8, n);
-        std::ptr::write_unaligned(p as *mut u32, size as u32);
-    }
-    Ok(())
 }

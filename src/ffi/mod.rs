@@ -2,7 +2,8 @@
 //! files by cbindgen; the header test fails when it is stale. One file per
 //! handle: `device.rs`, `server.rs`, `frame.rs`, `gid.rs`, `logging.rs`, and
 //! `checks.rs` (struct sizes, code tables, validation, the emulator's pattern);
-//! `guard.rs` is the boundary every function goes through.
+//! `guard.rs` is the boundary every function goes through; `sized.rs` holds
+//! the `struct_size` rule (every sized struct is read or written through it).
 //!
 //! Rules for every function:
 //! - Returns a `rocev2_status` (`ROCEV2_OK` = 0) unless documented otherwise;
@@ -17,8 +18,9 @@
 //!   with an error (ROCEV2_ERR_UNKNOWN_TOKEN from the release calls).
 
 #![allow(non_camel_case_types)]
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
+// Every exported function (here and in the submodules, which this allow
+// covers) has one safety contract, stated in the module docs and in the
+// header: a pointer argument is NULL or valid for its type.
 #![allow(clippy::missing_safety_doc)]
 
 mod checks;
@@ -29,6 +31,7 @@ pub(crate) mod guard;
 mod handles;
 mod logging;
 mod server;
+mod sized;
 
 use std::ffi::{c_char, c_int, CStr};
 

@@ -4,20 +4,14 @@
 //! another (see frame.rs), so the slab outlives destroy until the last token
 //! is released, and a stale handle is refused, never dereferenced.
 
-// Every exported function has one safety contract, stated in the module docs
-// and in the header: a pointer argument is NULL or valid for its type.
-#![allow(clippy::missing_safety_doc)]
-
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use super::device::rocev2_device;
 use super::frame::{rocev2_frame, to_frame};
-use super::guard::{
-    copy_out, deref_mut, fn_name, guard, guard_void, init_sized, null, read_sized, write_sized,
-    BoxHandle, Sized2,
-};
+use super::guard::{copy_out, deref_mut, fn_name, guard, guard_or, null, slice, BoxHandle};
 use super::rocev2_status;
+use super::sized::{init_sized, read_sized, write_sized, SizedStruct};
 use crate::config::{ConnectParams, ServerConfig};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
@@ -238,19 +232,21 @@ pub type rocev2_frame_callback =
 
 // SAFETY (the three impls): #[repr(C)], start with u32 struct_size, plain
 // integers only.
-unsafe impl Sized2 for rocev2_server_config {
+unsafe impl SizedStruct for rocev2_server_config {
     const NAME: &'static str = "rocev2_server_config";
     // ABI 2.0's struct ended before measure_latency.
-    const FIRST_SIZE: usize = std::mem::offset_of!(rocev2_server_config, measure_latency);
+    const SMALLEST: usize = std::mem::offset_of!(rocev2_server_config, measure_latency);
+    const READ: bool = true;
 }
-unsafe impl Sized2 for rocev2_host_params {
+unsafe impl SizedStruct for rocev2_host_params {
     const NAME: &'static str = "rocev2_host_params";
-    const FIRST_SIZE: usize = std::mem::size_of::<rocev2_host_params>();
+    const SMALLEST: usize = 4;
+    const READ: bool = false;
 }
-unsafe impl Sized2 for rocev2_stats {
+unsafe impl SizedStruct for rocev2_stats {
     const NAME: &'static str = "rocev2_stats";
-    // ABI 2.0's struct ended before link_state.
-    const FIRST_SIZE: usize = std::mem::offset_of!(rocev2_stats, link_state);
+    const SMALLEST: usize = 4;
+    const READ: bool = false;
 }
 
 /// Reads and validates a caller's server config (NULL = the defaults):
@@ -373,11 +369,8 @@ pub unsafe extern "C" fn rocev2_server_set_fpga_gid(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let core = core_ref(srv)?;
-        if gid.is_null() {
-            return Err(null("gid"));
-        }
-        // SAFETY: gid points to 16 readable bytes (API contract).
-        let raw = unsafe { std::slice::from_raw_parts(gid, 16) };
+        // SAFETY: gid is NULL or points to 16 readable bytes (API contract).
+        let raw = unsafe { slice(gid, 16, "gid") }?;
         core.set_fpga_gid(Gid::from_slice(raw)?)
     })
 }
@@ -555,15 +548,13 @@ pub unsafe extern "C" fn rocev2_server_end_cause(
     buf: *mut c_char,
     len: usize,
 ) -> usize {
-    let mut n = 0;
-    let _ = guard(fn_name!(), || {
-        if let Some(cause) = core_ref(srv)?.end_cause() {
+    guard_or(fn_name!(), 0, || {
+        Ok(match core_ref(srv)?.end_cause() {
             // SAFETY: buf is NULL or has len writable bytes (API contract).
-            n = unsafe { copy_out(&cause, buf, len) };
-        }
-        Ok(())
-    });
-    n
+            Some(cause) => unsafe { copy_out(&cause, buf, len) },
+            None => 0,
+        })
+    })
 }
 
 /// 1 while the receive thread runs, 0 otherwise (also for NULL).
@@ -571,13 +562,10 @@ pub unsafe extern "C" fn rocev2_server_end_cause(
 /// Thread safety: any thread, concurrently with any call but destroy.
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_is_running(srv: *const rocev2_server) -> c_int {
-    let mut running = 0;
-    guard_void(fn_name!(), || {
-        if let Ok(core) = core_ref(srv) {
-            running = core.is_running() as c_int;
-        }
-    });
-    running
+    // A NULL or stale handle is not running (and not an error).
+    guard_or(fn_name!(), 0, || {
+        Ok(core_ref(srv).map_or(0, |core| core.is_running() as c_int))
+    })
 }
 
 /// Stops the server: no callback starts after it returns; the receive thread
@@ -608,9 +596,9 @@ pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_s
 /// after every other call on the handle has returned (release excepted).
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
-    guard_void(fn_name!(), || {
+    guard_or(fn_name!(), (), || {
         if srv.is_null() {
-            return;
+            return Ok(());
         }
         match super::handles::unregister(srv) {
             Ok(core) => {
@@ -620,5 +608,6 @@ pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
             }
             Err(e) => log::error!("rocev2_server_destroy: {e}"),
         }
+        Ok(())
     })
 }

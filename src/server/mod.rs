@@ -44,27 +44,19 @@ pub use stats::{BackendStats, LinkState, SoftStats, Stats};
 
 type FrameCallback = Box<dyn FnMut(Frame) + Send + 'static>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Created; connection not complete.
-    Created,
-    /// Receive thread running.
-    Running,
-    /// complete_connection failed; the QP state is unknown.
-    Failed,
-    /// Stopped (by stop(), or the receive thread ended on an error).
-    Stopped,
-}
-
 struct Control {
-    phase: Phase,
+    /// The link as the control calls left it: Created; Connected once the
+    /// receive thread started; Error when complete_connection failed (the
+    /// QP state is unknown); Stopped after stop(). A receive thread that
+    /// ended overrides it (see [`ServerCore::link_state`]).
+    link: LinkState,
     backend: Option<Box<dyn Backend>>,
     callback: Option<FrameCallback>,
     has_callback: bool,
     fpga_gid: Option<Gid>,
     thread: Option<JoinHandle<()>>,
     thread_id: Option<ThreadId>,
-    /// Why complete_connection failed (Phase::Failed).
+    /// Why complete_connection failed (`link` Error).
     failed_cause: Option<String>,
 }
 
@@ -192,7 +184,7 @@ impl ServerCore {
             parked: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             control: Mutex::new(Control {
-                phase: Phase::Created,
+                link: LinkState::Created,
                 backend: Some(backend),
                 callback: None,
                 has_callback: false,
@@ -257,16 +249,11 @@ impl ServerCore {
                 LinkState::Stopped
             };
         }
-        match self.control().phase {
-            Phase::Created => LinkState::Created,
-            Phase::Running => LinkState::Connected,
-            Phase::Failed => LinkState::Error,
-            Phase::Stopped => LinkState::Stopped,
-        }
+        self.control().link
     }
     /// True while the receive thread runs.
     pub fn is_running(&self) -> bool {
-        self.control().phase == Phase::Running && self.exited().is_none()
+        self.control().link == LinkState::Connected && self.exited().is_none()
     }
     fn exited(&self) -> Option<End> {
         self.exited
@@ -288,7 +275,7 @@ impl ServerCore {
     /// Stores the FPGA's GID (the destination of the host QP's path).
     pub fn set_fpga_gid(&self, gid: Gid) -> Result<()> {
         let mut c = self.control();
-        if c.phase != Phase::Created {
+        if c.link != LinkState::Created {
             return Err(Error::state(
                 "setFpgaGid must be called before completeConnection",
             ));
@@ -302,7 +289,7 @@ impl ServerCore {
     /// the receive thread with each frame on loan; dropping the frame releases it.
     pub fn set_frame_callback(&self, cb: impl FnMut(Frame) + Send + 'static) -> Result<()> {
         let mut c = self.control();
-        if c.phase != Phase::Created {
+        if c.link != LinkState::Created {
             return Err(Error::state(
                 "the frame callback must be registered before completeConnection",
             ));
@@ -316,15 +303,15 @@ impl ServerCore {
     /// Only once per server.
     pub fn complete_connection(self: &Arc<Self>, params: &ConnectParams) -> Result<()> {
         let mut c = self.control();
-        match c.phase {
-            Phase::Created => {}
-            Phase::Running | Phase::Failed => {
+        match c.link {
+            LinkState::Created => {}
+            LinkState::Connected | LinkState::Error => {
                 return Err(Error::state(
                     "completeConnection already invoked; destroy and recreate Server to \
                      re-establish the RC connection",
                 ))
             }
-            Phase::Stopped => {
+            LinkState::Stopped => {
                 return Err(Error::new(
                     ErrorKind::Stopped,
                     "server is stopped; create a new server to connect again",
@@ -357,7 +344,7 @@ impl ServerCore {
             .post_recv(&all)
             .and_then(|_| backend.connect(params, fpga_gid, self.host.sq_psn));
         if let Err(e) = res {
-            c.phase = Phase::Failed;
+            c.link = LinkState::Error;
             c.failed_cause = Some(format!("complete_connection failed: {e}"));
             c.backend = Some(backend);
             let hint = if fpga_gid.is_zero() {
@@ -379,7 +366,7 @@ impl ServerCore {
             .map_err(|e| Error::io("spawning the receive thread", e))?;
         c.thread_id = Some(handle.thread().id());
         c.thread = Some(handle);
-        c.phase = Phase::Running;
+        c.link = LinkState::Connected;
         Ok(())
     }
 
@@ -394,9 +381,9 @@ impl ServerCore {
         self.wake_all_pullers();
         let (thread, on_rx_thread, backend) = {
             let mut c = self.control();
-            let was = c.phase;
-            c.phase = Phase::Stopped;
-            if was != Phase::Stopped {
+            let was = c.link;
+            c.link = LinkState::Stopped;
+            if was != LinkState::Stopped {
                 log::info!("stopping server on '{}'", self.device_name);
             }
             let on_rx = c.thread_id == Some(std::thread::current().id());

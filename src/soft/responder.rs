@@ -393,11 +393,7 @@ impl Responder {
     /// A stale packet: the restarted stream when it starts a message at the
     /// first PSN (or after a run of stale packets); else dropped, not ACKed.
     fn check_restart(&mut self, bth: &Bth) -> Result<(), DropReason> {
-        let starts = matches!(
-            bth.opcode,
-            Opcode::SendFirst | Opcode::SendOnly | Opcode::SendOnlyImm
-        );
-        if !starts || bth.psn != self.first_psn {
+        if !bth.opcode.starts_message() || bth.psn != self.first_psn {
             self.stale_run = self.stale_run.saturating_add(1);
             self.stats.stale += 1;
             if self.stale_run >= STALE_RUN && !self.restart_counted {
@@ -444,10 +440,8 @@ impl Responder {
     /// message is open.
     fn check_op(&mut self, bth: &Bth) -> Result<(), DropReason> {
         let op = bth.opcode;
-        let continues = matches!(
-            op,
-            Opcode::SendMiddle | Opcode::SendLast | Opcode::SendLastImm
-        );
+        // Among SENDs, a Middle or Last continues a message.
+        let continues = !op.starts_message();
         if !op.is_send() || continues != self.partial.is_some() {
             return Err(self.invalid(bth, DropReason::InvalidOpcode));
         }

@@ -9,21 +9,9 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::responder::{Responder, ResponderConfig, Verdict};
+use crate::emulator::pattern::Rng;
 use crate::emulator::requester::{Requester, RequesterConfig};
 use crate::wire::{Aeth, Bth};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() % 1_000_000) as f64 / 1_000_000.0 < p
-    }
-}
 
 #[derive(Clone)]
 enum Wire {
@@ -44,7 +32,7 @@ impl Net {
         if self.rng.chance(self.drop) {
             return;
         }
-        let latency = 2_000 + self.rng.next() % 3_000;
+        let latency = 2_000 + self.rng.next_u64() % 3_000;
         let t = if self.rng.chance(self.reorder) {
             now + latency + 20_000
         } else {
@@ -120,14 +108,14 @@ fn simulate(
     }
     let mut to_resp = Net {
         q: VecDeque::new(),
-        rng: Rng(seed | 1),
+        rng: Rng::new(seed),
         drop,
         dup,
         reorder,
     };
     let mut to_req = Net {
         q: VecDeque::new(),
-        rng: Rng(seed.rotate_left(17) | 1),
+        rng: Rng::new(seed.rotate_left(17)),
         drop,
         dup,
         reorder,

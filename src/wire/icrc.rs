@@ -345,7 +345,7 @@ fn carried(parts: &[&[u8]]) -> u32 {
 }
 
 #[cfg(test)]
-mod cache_tests {
+mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 

@@ -1,6 +1,7 @@
 //! Typed, range-checked option values: numbers (decimal or 0x hex) within a
 //! range, seconds, channel lists, fault specs, QPNs read from stdin, GIDs.
 //! clap reports a bad value naming the flag, the value and the valid range.
+//! Also the check clap cannot make across options: the slab's size.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -10,6 +11,8 @@ use std::str::FromStr;
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use rocev2::emulator::Faults;
+
+use crate::Fail;
 
 /// Largest 24-bit value (QP numbers and PSNs).
 pub const MAX_24BIT: u64 = rocev2::wire::MASK_24 as u64;
@@ -325,6 +328,23 @@ pub struct Shape {
 
 pub fn mtu(pmtu: u32) -> rocev2::Mtu {
     rocev2::Mtu::from_code(pmtu).expect("--pmtu is range-checked 1..=5")
+}
+
+/// Checks what clap cannot: the slab (`size_flag` x --depth) fits 32 bits.
+pub fn check_slab(max_payload: u32, depth: u32, size_flag: &str) -> Result<(), Fail> {
+    let cfg = rocev2::ServerConfig {
+        max_payload,
+        rx_queue_depth: depth,
+        ..Default::default()
+    };
+    if cfg.slab_bytes() > u32::MAX as u64 {
+        return Err(Fail::usage(format!(
+            "{size_flag} {max_payload} x --depth {depth} = {} bytes of receive slots exceeds \
+             4 GiB - 1 (the FPGA's MR length field is 32 bits): lower {size_flag} or --depth",
+            cfg.slab_bytes()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use rocev2::wire::{Opcode, Packet};
 
 use crate::args::{self, num};
 use crate::out::lib_err;
-use crate::{Exit, Fail, Outcome, AFTER_HELP};
+use crate::{Exit, Fail, Outcome};
 
 /// Benchmarks, each against a reference measured in the same run
 ///
@@ -24,7 +24,7 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 /// at 10 and 25 GbE rates, server-core dispatch, ICRC vs raw CRC-32. Three
 /// runs each: min / median / max.
 #[derive(Args, Debug)]
-#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct BenchArgs {
     /// Frames per end-to-end run
     #[arg(long, value_name = "N", default_value = "200000", value_parser = num::<u64>(1, u64::MAX))]

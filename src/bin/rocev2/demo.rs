@@ -15,7 +15,7 @@ use rocev2::{ConnectParams, Device, Frame, Server, ServerConfig, SoftConfig};
 use crate::args::{self, num, FaultArgs, IcrcArg, Shape, MAX_DEPTH};
 use crate::out::{self, lib_err, FlagNames};
 use crate::signals::{self, Stop};
-use crate::{Exit, Fail, Outcome, AFTER_HELP};
+use crate::{Exit, Fail, Outcome};
 
 const FLAGS: FlagNames = &[
     ("maxPayload", "--size"),
@@ -31,7 +31,7 @@ const FLAGS: FlagNames = &[
 /// SIGINT or SIGTERM ends the stream early: the same report for the frames
 /// delivered, exit 130 or 143.
 #[derive(Args, Debug)]
-#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct DemoArgs {
     /// Frames to stream
     #[arg(long, value_name = "N", default_value = "200000", value_parser = num::<u64>(1, u64::MAX))]
@@ -80,23 +80,6 @@ impl Verifier {
             self.first_error.lock().unwrap().get_or_insert(e);
         }
     }
-}
-
-/// Checks what clap cannot: the slab (`size_flag` x --depth) fits 32 bits.
-pub fn check_slab(max_payload: u32, depth: u32, size_flag: &str) -> Result<(), Fail> {
-    let cfg = ServerConfig {
-        max_payload,
-        rx_queue_depth: depth,
-        ..Default::default()
-    };
-    if cfg.slab_bytes() > u32::MAX as u64 {
-        return Err(Fail::usage(format!(
-            "{size_flag} {max_payload} x --depth {depth} = {} bytes of receive slots exceeds \
-             4 GiB - 1 (the FPGA's MR length field is 32 bits): lower {size_flag} or --depth",
-            cfg.slab_bytes()
-        )));
-    }
-    Ok(())
 }
 
 /// A connected soft server with its verifier, and the emulator feeding it.
@@ -151,7 +134,7 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
 
 pub fn run(a: DemoArgs) -> Outcome {
     signals::catch_stop_signals()?;
-    check_slab(a.shape.size, a.depth, "--size")?;
+    args::check_slab(a.shape.size, a.depth, "--size")?;
     let Rig { server, mut emu, v } = build(&a)?;
     let hp = server.host_params();
     outln!(
@@ -194,7 +177,7 @@ pub fn run(a: DemoArgs) -> Outcome {
     }
     let elapsed = t0.elapsed();
     server.stop();
-    streamed.map_err(out::emulator_err(FLAGS))?;
+    streamed.map_err(out::lib_err(FLAGS))?;
     let got = v.next.load(Ordering::Relaxed);
     let rate = Rate::of(got, v.bytes.load(Ordering::Relaxed), elapsed);
     report(&a, &server, &emu, got, elapsed, rate)?;

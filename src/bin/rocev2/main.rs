@@ -21,44 +21,74 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// What the process exit code means (documented in `--help` and docs/cli.md).
+/// The process exit code. What each means is written once, in
+/// [`Exit::TABLE`], which `--help` shows (see [`after_help`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Everything asked for was done.
     Ok = 0,
-    /// A runtime error: device, server, socket or file, or stdout that
-    /// cannot be written (a full disk, /dev/full).
     Runtime = 1,
-    /// A usage error: unknown option, bad or out-of-range value.
     Usage = 2,
-    /// `recv`: no frame arrived before the idle timeout.
     NoFrames = 3,
-    /// A received frame failed verification (bytes, order or channel).
     Verify = 4,
-    /// Frames stopped arriving before the requested count (the idle
-    /// timeout), or the emulator gave up retrying (its retry timeout).
     Timeout = 5,
-    /// `recv`, `demo`: stopped by SIGINT (128 + 2), after a clean stop.
     Interrupted = 130,
-    /// `recv`, `demo`: stopped by SIGTERM (128 + 15), after a clean stop.
     Terminated = 143,
 }
 
-/// Shown under every command's help.
-pub const AFTER_HELP: &str = "\
-Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).
-`rocev2 help COMMAND` or `rocev2 COMMAND --help` shows a command's options and defaults.
+impl Exit {
+    /// Every exit code and what it means, as `--help` shows them.
+    pub const TABLE: [(Exit, &'static str); 8] = [
+        (Exit::Ok, "success"),
+        (
+            Exit::Runtime,
+            "runtime error (device, server, socket, file, or stdout cannot be written)",
+        ),
+        (
+            Exit::Usage,
+            "usage error (unknown option, bad or out-of-range value)",
+        ),
+        (
+            Exit::NoFrames,
+            "recv: no frame arrived before --idle-timeout",
+        ),
+        (
+            Exit::Verify,
+            "verification failed (a frame's bytes, order or channel)",
+        ),
+        (
+            Exit::Timeout,
+            "timeout: fewer frames than --frames arrived, or the emulator ran out of retries",
+        ),
+        (
+            Exit::Interrupted,
+            "recv, demo: stopped by SIGINT (Ctrl-C), cleanly: the recording whole, the summary \
+             printed",
+        ),
+        (
+            Exit::Terminated,
+            "recv, demo: the same for SIGTERM (a second SIGINT or SIGTERM ends the process at \
+             once)",
+        ),
+    ];
+}
 
-Exit codes:
-  0    success
-  1    runtime error (device, server, socket, file, or stdout cannot be written)
-  2    usage error (unknown option, bad or out-of-range value)
-  3    recv: no frame arrived before --idle-timeout
-  4    verification failed (a frame's bytes, order or channel)
-  5    timeout: fewer frames than --frames arrived, or the emulator ran out of retries
-  130  recv, demo: stopped by SIGINT (Ctrl-C), cleanly: the recording whole, the summary printed
-  143  recv, demo: the same for SIGTERM (a second SIGINT or SIGTERM ends the process at once)
-  SIGPIPE ends the process quietly when stdout is a pipe closed early (`rocev2 info | head -1`)";
+/// Shown under every command's help: options' common rules and
+/// [`Exit::TABLE`].
+pub fn after_help() -> String {
+    let mut text = String::from(
+        "Numbers accept 0x hex. Logging: RUST_LOG=info (or debug, trace).\n\
+         `rocev2 help COMMAND` or `rocev2 COMMAND --help` shows a command's options and \
+         defaults.\n\nExit codes:\n",
+    );
+    for (code, meaning) in Exit::TABLE {
+        text.push_str(&format!("  {:<4} {meaning}\n", code as u8));
+    }
+    text.push_str(
+        "  SIGPIPE ends the process quietly when stdout is a pipe closed early \
+         (`rocev2 info | head -1`)",
+    );
+    text
+}
 
 /// A failed command: the message (naming the flag) and the exit code.
 #[derive(Debug)]
@@ -88,7 +118,7 @@ pub type Outcome = Result<Exit, Fail>;
 #[command(
     name = "rocev2",
     about = "RoCEv2 RC receive server for FPGA data streams: soft backend, verbs backend, FPGA emulator",
-    after_help = AFTER_HELP,
+    after_help = after_help(),
     arg_required_else_help = true,
     max_term_width = 100
 )]
@@ -106,10 +136,10 @@ enum Cmd {
     VerbsFpga(sim::VerbsFpgaArgs),
     Bench(bench::BenchArgs),
     /// Backends, RDMA devices, ports and GID tables.
-    #[command(after_help = AFTER_HELP)]
+    #[command(after_help = after_help())]
     Info,
     /// Library and C ABI versions.
-    #[command(after_help = AFTER_HELP)]
+    #[command(after_help = after_help())]
     Version,
 }
 

@@ -185,7 +185,8 @@ pub const SERVER_FLAGS: FlagNames = &[
 ];
 
 /// A library error as a [`Fail`]: library field names replaced by `flags`,
-/// invalid arguments exit 2, timeouts 5, everything else 1.
+/// by kind: invalid arguments exit 2, timeouts 5 (the emulator's retries
+/// running out among them), everything else 1.
 pub fn lib_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
     move |e| {
         let mut msg = e.message().to_string();
@@ -198,20 +199,6 @@ pub fn lib_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
             _ => Exit::Runtime,
         };
         Fail { code, msg }
-    }
-}
-
-/// [`lib_err`] for the FPGA emulator's streaming errors: exhausted retries
-/// (the host does not answer; the library reports them as an I/O error) exit
-/// 5, like the emulator's own timeouts.
-pub fn emulator_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
-    move |e| {
-        let gave_up = e.message().contains("retries exhausted");
-        let mut f = lib_err(flags)(e);
-        if gave_up {
-            f.code = Exit::Timeout;
-        }
-        f
     }
 }
 

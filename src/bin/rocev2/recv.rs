@@ -17,11 +17,10 @@ use rocev2::{
 use serde_json::json;
 
 use crate::args::{self, num, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX_PAYLOAD};
-use crate::demo::check_slab;
 use crate::out::{self, lib_err, print_json, round3, SERVER_FLAGS};
 use crate::record::RogueWriter;
 use crate::signals;
-use crate::{Exit, Fail, Outcome, AFTER_HELP};
+use crate::{Exit, Fail, Outcome};
 
 /// A server (soft or verbs): prints host params as JSON, counts / verifies / records frames
 ///
@@ -34,7 +33,7 @@ use crate::{Exit, Fail, Outcome, AFTER_HELP};
 /// first to the last frame. SIGINT or SIGTERM stops it cleanly: the frames
 /// taken so far recorded whole, the summary printed, exit 130 or 143.
 #[derive(Args, Debug)]
-#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct RecvArgs {
     /// RDMA device (`rocev2 info` lists them), or soft for the userspace backend
     #[arg(long, value_name = "soft|NAME", default_value = "soft")]
@@ -109,7 +108,7 @@ pub struct RecvArgs {
 
 pub fn run(a: RecvArgs) -> Outcome {
     signals::catch_stop_signals()?;
-    check_slab(a.max_payload, a.depth, "--max-payload")?;
+    args::check_slab(a.max_payload, a.depth, "--max-payload")?;
     if let Some(cpu) = a.cpu {
         check_cpu(cpu)?;
     }
@@ -126,32 +125,7 @@ pub fn run(a: RecvArgs) -> Outcome {
         None => None,
     };
     let e = lib_err(SERVER_FLAGS);
-    let dc: DeviceConfig = match a.device.as_str() {
-        "soft" => SoftConfig {
-            bind_addr: a.bind.to_string(),
-            udp_port: a.port,
-            peer_udp_port: a.peer_port,
-            icrc_check: a.icrc_check.into(),
-            busy_poll_us: a.busy_poll_us,
-        }
-        .into(),
-        name => VerbsConfig {
-            gid_index: a.gid_index,
-            ib_port: a.ib_port,
-            ..VerbsConfig::new(name)
-        }
-        .into(),
-    };
-    let dev = Device::open(&dc).map_err(&e)?;
-    let cfg = ServerConfig {
-        max_payload: a.max_payload,
-        rx_queue_depth: a.depth,
-        spin_us: a.spin_us,
-        cpu_affinity: a.cpu,
-        measure_latency: a.measure_latency,
-        ..Default::default()
-    };
-    let server = Server::create(&dev, &cfg).map_err(&e)?;
+    let (_dev, server) = open_server(&a)?;
     let hp = server.host_params();
     print_json(json!({
         "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
@@ -188,15 +162,54 @@ pub fn run(a: RecvArgs) -> Outcome {
     if let Some(stop) = signals::caught() {
         return Ok(stop.exit());
     }
-    Ok(if t.bad > 0 {
+    Ok(exit_code(&t, a.frames))
+}
+
+/// The device and the server `recv` asks for (the device kept open beside
+/// its server).
+fn open_server(a: &RecvArgs) -> Result<(Device, Server), Fail> {
+    let e = lib_err(SERVER_FLAGS);
+    let dc: DeviceConfig = match a.device.as_str() {
+        "soft" => SoftConfig {
+            bind_addr: a.bind.to_string(),
+            udp_port: a.port,
+            peer_udp_port: a.peer_port,
+            icrc_check: a.icrc_check.into(),
+            busy_poll_us: a.busy_poll_us,
+        }
+        .into(),
+        name => VerbsConfig {
+            gid_index: a.gid_index,
+            ib_port: a.ib_port,
+            ..VerbsConfig::new(name)
+        }
+        .into(),
+    };
+    let dev = Device::open(&dc).map_err(&e)?;
+    let cfg = ServerConfig {
+        max_payload: a.max_payload,
+        rx_queue_depth: a.depth,
+        spin_us: a.spin_us,
+        cpu_affinity: a.cpu,
+        measure_latency: a.measure_latency,
+        ..Default::default()
+    };
+    let server = Server::create(&dev, &cfg).map_err(&e)?;
+    Ok((dev, server))
+}
+
+/// How a finished recv exits: a bad frame, no frame, fewer than `--frames`
+/// (`want`), or all well.
+fn exit_code(t: &Tally, want: Option<u64>) -> Exit {
+    if t.bad > 0 {
         Exit::Verify
     } else if t.frames == 0 {
         Exit::NoFrames
-    } else if a.frames.is_some_and(|n| t.frames < n) {
+    } else if want.is_some_and(|n| t.frames < n) {
         Exit::Timeout
     } else {
         Exit::Ok
-    })
+    }
 }
 
 /// `--fpga-qpn -`: one line from stdin; `None` when a stop signal comes

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::args::{self, num, FaultArgs, Shape, MAX_24BIT};
 use crate::out::{self, lib_err, print_json, round3, FlagNames};
-use crate::{Exit, Outcome, AFTER_HELP};
+use crate::{Exit, Outcome};
 
 const FLAGS: FlagNames = &[("pmtu", "--pmtu"), ("udp_port", "--bind")];
 
@@ -21,7 +21,7 @@ const FLAGS: FlagNames = &[("pmtu", "--pmtu"), ("udp_port", "--bind")];
 /// (`rocev2 recv` prints the values for --host, --host-qpn and --psn), with
 /// optional seeded fault injection; prints one JSON summary line.
 #[derive(Args, Debug)]
-#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct FpgaSimArgs {
     /// The server's address: its IP and UDP port (udp_port of `rocev2 recv`)
     #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:4791")]
@@ -104,7 +104,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     );
     let t0 = Instant::now();
     let res = out::stream_with_progress(&mut emu, a.frames, &a.shape, None, |_, _| ());
-    res.map_err(out::emulator_err(FLAGS))?;
+    res.map_err(out::lib_err(FLAGS))?;
     let r = Rate::of(a.frames, a.frames * a.shape.size as u64, t0.elapsed());
     let s = emu.stats();
     print_json(json!({
@@ -130,7 +130,7 @@ pub enum Fill {
 /// JSON summary line.
 #[cfg(feature = "verbs")]
 #[derive(Args, Debug)]
-#[command(after_help = AFTER_HELP, allow_negative_numbers = true)]
+#[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct VerbsFpgaArgs {
     /// RDMA device (`rocev2 info` lists them)
     #[arg(long, value_name = "NAME", required = true)]
