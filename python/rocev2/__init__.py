@@ -163,13 +163,16 @@ _STAT_FIELDS = [
 _STAT_FIELDS_2_1 = ["us_since_last_packet", "us_since_last_frame", "stale_packets", "peer_restarts"]
 # Since 2.2.
 _STAT_FIELDS_2_2 = ["naps"]
+# Since 2.3: the verbs backend's verdicts on its peer (README, Operations).
+_STAT_FIELDS_2_3_PEER = ["lost_frames_estimate", "stale_peers", "peer_stale", "peer_watched"]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
                 + [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
                 + [("link_state", ctypes.c_uint32), ("reserved2", ctypes.c_uint32)]
-                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2])
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2]
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_3_PEER])
 
 
 class LinkState(enum.IntEnum):
@@ -1334,7 +1337,7 @@ class Server:
         _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
         _answered(s, "rocev2_server_get_stats")
         return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1
-                + _STAT_FIELDS_2_2}
+                + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3_PEER}
 
     def end_cause(self) -> typing.Optional[str]:
         """Why the link is down (the receive thread's end cause, "stopped"
@@ -1350,8 +1353,9 @@ class Server:
     def health(self) -> typing.Dict[str, typing.Any]:
         """Link health for an operator: ``state`` (a :class:`LinkState`),
         ``since_last_packet_s`` / ``since_last_frame_s`` (seconds, None
-        before the first), ``end_cause`` (see :meth:`end_cause`) and
-        ``peer_restarts``."""
+        before the first), ``end_cause`` (see :meth:`end_cause`),
+        ``peer_restarts``, ``stale_peer`` (a stale-peer verdict holds, verbs)
+        and ``lost_frames_estimate`` (frames lost to restarts, verbs)."""
         st = self.stats()
 
         def seconds(us: int) -> typing.Optional[float]:
@@ -1359,7 +1363,9 @@ class Server:
         return {"state": LinkState(st["link_state"]),
                 "since_last_packet_s": seconds(st["us_since_last_packet"]),
                 "since_last_frame_s": seconds(st["us_since_last_frame"]),
-                "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"]}
+                "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"],
+                "stale_peer": bool(st["peer_stale"]),
+                "lost_frames_estimate": st["lost_frames_estimate"]}
 
     def is_running(self) -> bool:
         return bool(self._srv) and _lib().rocev2_server_is_running(self._srv) != 0

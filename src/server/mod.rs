@@ -37,8 +37,8 @@ use crate::wire::MASK_24;
 pub(crate) use backend::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
 pub use frame::Frame;
 pub(crate) use slab::Slab;
-pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters};
-pub use stats::{BackendStats, LinkState, SoftStats, Stats};
+pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters, VerbsCounters};
+pub use stats::{BackendStats, LinkState, SoftStats, Stats, VerbsStats};
 
 /// The receive thread's name, as `ps -L`, `/proc/<pid>/task/*/comm` and
 /// rogue list it (named before `complete_connection` returns).

@@ -19,11 +19,14 @@ use crate::config::ConnectParams;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::server::Slab;
-use crate::server::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
+use crate::server::{
+    Backend, BackendCounters, BackendInfo, Completion, CompletionKind, POLL_BATCH,
+};
 use crate::sys::poll_readable;
 use crate::wire::psn;
 
 mod ibv;
+mod watch;
 
 pub(crate) use ibv::{wc_status_text, CompChannel, Cq, Mr, Qp};
 
@@ -427,6 +430,8 @@ pub(crate) struct VerbsBackend {
     wcs: Vec<ibv_wc>,
     sges: Vec<ibv_sge>,
     wrs: Vec<ibv_recv_wr>,
+    /// The port's responder counters: restarted and stale peers.
+    watch: watch::PeerWatch,
 }
 
 // SAFETY: the backend is used by one thread at a time (the creator, then the
@@ -482,6 +487,7 @@ impl VerbsBackend {
                 .collect(),
             sges: Vec::with_capacity(depth as usize),
             wrs: Vec::with_capacity(depth as usize),
+            watch: watch::PeerWatch::new(&dev.name, dev.ib_port),
         })
     }
 
@@ -563,7 +569,9 @@ impl Backend for VerbsBackend {
                 sq_psn,
                 "QP",
             )
-        }
+        }?;
+        self.watch.connect(p.pmtu.bytes(), p.fpga_rq_psn);
+        Ok(())
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
@@ -605,6 +613,15 @@ impl Backend for VerbsBackend {
             };
             out.push(Completion { slot, kind });
         }
+        match self.wcs[..n]
+            .iter()
+            .rev()
+            .find(|wc| wc.status == ibv_wc_status::IBV_WC_SUCCESS)
+        {
+            Some(wc) => self.watch.delivered(wc.byte_len),
+            None if n == 0 => self.watch.empty_poll(),
+            None => {}
+        }
         Ok(())
     }
 
@@ -613,10 +630,17 @@ impl Backend for VerbsBackend {
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<bool> {
-        let ready = poll_readable([self.channel.fd(), wake_fd], -1)?;
+        let ready = poll_readable([self.channel.fd(), wake_fd], self.watch.block_ms())?;
         if ready[0] {
             self.channel.drain_events(&self.cq);
+        } else if !ready[1] {
+            // Woken to read the port's counters (no completion came).
+            self.watch.check(std::time::Instant::now());
         }
         Ok(ready[1])
+    }
+
+    fn counters(&self) -> BackendCounters {
+        BackendCounters::Verbs(self.watch.counters())
     }
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use rocev2::emulator::pattern;
 use rocev2::{
-    ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig, SoftConfig, Stats,
-    VerbsConfig,
+    BackendStats, ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig,
+    SoftConfig, Stats, VerbsConfig,
 };
 use serde_json::json;
 
@@ -309,14 +309,15 @@ impl Ticker {
         format!(
             "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
              seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
-             link {}, last packet {}",
+             {}link {}, last packet {}",
             (now - self.t0).as_secs_f64(),
             t.frames,
             s.soft().seq_naks_tx,
             s.soft().rnr_naks_tx,
             s.soft().socket_drops,
             s.soft().duplicates,
-            s.soft().peer_restarts,
+            s.peer_restarts(),
+            peer_verdicts(s),
             s.link,
             s.since_last_packet.map_or("never".to_string(), |d| format!(
                 "{:.1} s ago",
@@ -404,6 +405,20 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
     Ok(t)
 }
 
+/// The verbs backend's verdicts for a --stats-interval line ("" on soft).
+fn peer_verdicts(s: &Stats) -> String {
+    match s.backend {
+        BackendStats::Verbs(v) if v.watched == 0 => "peer not watched  ".to_string(),
+        BackendStats::Verbs(v) => format!(
+            "lost to restarts ~{}  stale peer {}{}  ",
+            v.lost_frames_estimate,
+            if v.stale != 0 { "NOW, " } else { "" },
+            v.stale_peers
+        ),
+        BackendStats::Soft(_) => String::new(),
+    }
+}
+
 fn summary(
     t: &Tally,
     s: &Stats,
@@ -416,10 +431,16 @@ fn summary(
         "gbit_per_s": round3(gbit), "frames_per_s": fps.round(), "rnr_naks": s.soft().rnr_naks_tx,
         "seq_naks": s.soft().seq_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
-        "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.soft().peer_restarts,
+        "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.peer_restarts(),
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
         "parks": s.parks, "naps": s.naps,
     });
+    if let BackendStats::Verbs(vs) = s.backend {
+        v["lost_frames_estimate"] = json!(vs.lost_frames_estimate);
+        v["stale_peers"] = json!(vs.stale_peers);
+        v["stale_peer"] = json!(vs.stale != 0);
+        v["peer_watched"] = json!(vs.watched != 0);
+    }
     if let Some(w) = rec {
         v["recorded"] = json!(w.records);
         v["recorded_skipped_empty"] = json!(w.skipped_empty);
