@@ -20,7 +20,7 @@ use rocev2::{
 };
 
 mod common;
-use common::field;
+use common::{field, number};
 
 const VM: &str = "runs in the rxe VM: tests/vm/run.sh";
 
@@ -166,6 +166,17 @@ fn end_to_end_verbs_every_frame_once_in_order() {
     assert_eq!(s.frames, n);
     assert_eq!(s.bytes, n / 2 * 4096 + n / 2 * 9000);
     assert_eq!(s.completion_errors + s.bad_length + s.unexpected_opcode, 0);
+    let v = s.verbs();
+    assert_eq!(
+        (
+            v.watched,
+            v.peer_restarts,
+            v.stale_peers,
+            v.lost_frames_estimate
+        ),
+        (1, 0, 0, 0),
+        "rxe0's counters are watched and a clean stream draws no verdict: {v:?}"
+    );
     println!(
         "RXE-RATE rust verbs e2e: {:.0} frames/s (4096 B), {:.0} frames/s (9000 B) under TCG",
         st.frames as f64 / st.seconds,
@@ -293,6 +304,12 @@ fn backpressure_on_real_verbs_loses_nothing() {
         assert_eq!(pattern::check(f.data()), Ok(i));
     }
     assert_eq!(sender.join().unwrap().frames, 40);
+    let v = server.stats().verbs();
+    assert_eq!(
+        (v.peer_restarts, v.stale_peers, v.stale),
+        (0, 0, 0),
+        "RNR back-pressure (no delivery for 500 ms) is no restart and no stale peer: {v:?}"
+    );
 }
 
 #[test]
@@ -528,4 +545,103 @@ fn interop_emulator_to_kernel_verbs_server() {
         n as f64 / secs
     );
     let _ = std::io::stdout().flush();
+}
+
+/// `rocev2 recv` on rxe0 fed by `rocev2 verbs-fpga` on rxe1 with `fpga_args`
+/// (after --host-qpn, --host-gid, --psn = the host SQ PSN + `psn_offset`);
+/// returns recv's final JSON line and verbs-fpga's output (it is killed
+/// when still running once recv ended: a stale requester retries forever).
+fn recv_fed_by_verbs_fpga(fpga_args: &[&str], psn_offset: u32) -> (String, String) {
+    let mut recv = Command::new(cli())
+        .args(["recv", "--device", "rxe0", "--gid-index"])
+        .arg(env_u8("RXE0_GID_IDX").to_string())
+        .args([
+            "--fpga-ip",
+            "10.77.0.2",
+            "--fpga-qpn",
+            "-",
+            "--idle-timeout",
+            "3",
+        ])
+        .args(["--stats-interval", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(recv.stdout.take().unwrap());
+    let mut hp = String::new();
+    out.read_line(&mut hp).unwrap();
+    let psn = (number(&hp, "sq_psn") as u32 + psn_offset) & 0xff_ffff;
+    let mut fpga = Command::new(cli())
+        .args(["verbs-fpga", "--device", "rxe1", "--gid-index"])
+        .arg(env_u8("RXE1_GID_IDX").to_string())
+        .args([
+            "--host-qpn",
+            &field(&hp, "qpn"),
+            "--host-gid",
+            &field(&hp, "gid"),
+        ])
+        .args(["--psn", &psn.to_string()])
+        .args(fpga_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut fout = BufReader::new(fpga.stdout.take().unwrap());
+    let mut hello = String::new();
+    fout.read_line(&mut hello).unwrap();
+    let mut rin = recv.stdin.take().unwrap();
+    writeln!(rin, "{}", field(&hello, "qpn")).unwrap();
+    // The requester retries (timeout 67 ms, 7 times) until the host QP is up.
+    writeln!(fpga.stdin.take().unwrap(), "go").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    recv.wait().unwrap();
+    let _ = fpga.kill();
+    let mut fpga_out = String::new();
+    let _ = fout.read_to_string(&mut fpga_out);
+    let _ = fpga.wait();
+    let last = rest.lines().last().unwrap_or_default().to_string();
+    (last, fpga_out)
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn a_restarted_verbs_peer_is_reported_with_its_losses() {
+    // The bar: the FPGA is re-programmed with the same host params after 1000
+    // of 2000 frames; rxe0 ACKs the second 1000 as old duplicates.
+    let (sum, fpga) = recv_fed_by_verbs_fpga(
+        &[
+            "--frames",
+            "2000",
+            "--restart-after",
+            "1000",
+            "--size",
+            "1024",
+        ],
+        0,
+    );
+    assert_eq!(number(&fpga, "restarts"), 1, "{fpga}");
+    assert_eq!(number(&fpga, "frames"), 2000, "{fpga}");
+    assert_eq!(number(&sum, "frames"), 1000, "{sum}");
+    assert!(number(&sum, "peer_restarts") >= 1, "{sum}");
+    let lost = number(&sum, "lost_frames_estimate");
+    assert!(
+        lost.abs_diff(1000) <= 8,
+        "1000 frames were lost, estimated {lost}: {sum}"
+    );
+    assert_eq!(number(&sum, "stale_peers"), 0, "{sum}");
+    println!("restart: {sum}");
+}
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn a_requester_with_a_wrong_psn_is_reported_stale() {
+    // The FPGA kept a PSN 1000 ahead of the host's (rogue #1268).
+    let (sum, _) = recv_fed_by_verbs_fpga(&["--frames", "10", "--size", "1024"], 1000);
+    assert_eq!(number(&sum, "frames"), 0, "{sum}");
+    assert!(number(&sum, "stale_peers") >= 1, "{sum}");
+    assert_eq!(field(&sum, "stale_peer"), "true", "{sum}");
+    assert_eq!(number(&sum, "peer_restarts"), 0, "{sum}");
+    println!("stale: {sum}");
 }

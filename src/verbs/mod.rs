@@ -328,6 +328,26 @@ impl VerbsDevice {
         Ok(())
     }
 
+    /// Any state -> RESET (the send and receive queues emptied, the PSNs
+    /// forgotten): what an FPGA reload does to its engine.
+    ///
+    /// # Safety
+    /// `qp` must be a live QP of this device.
+    pub(crate) unsafe fn qp_to_reset(&self, qp: *mut ibv_qp, what: &str) -> Result<()> {
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.modify_qp(
+                qp,
+                &mut qa,
+                ibv_qp_attr_mask::IBV_QP_STATE,
+                &format!("{what} →RESET failed"),
+            )
+        }
+    }
+
     /// RESET -> INIT on our port, granting no remote access.
     ///
     /// # Safety
@@ -432,6 +452,8 @@ pub(crate) struct VerbsBackend {
     wrs: Vec<ibv_recv_wr>,
     /// The port's responder counters: restarted and stale peers.
     watch: watch::PeerWatch,
+    /// Receives posted and not completed yet.
+    posted: u32,
 }
 
 // SAFETY: the backend is used by one thread at a time (the creator, then the
@@ -488,6 +510,7 @@ impl VerbsBackend {
             sges: Vec::with_capacity(depth as usize),
             wrs: Vec::with_capacity(depth as usize),
             watch: watch::PeerWatch::new(&dev.name, dev.ib_port),
+            posted: 0,
         })
     }
 
@@ -553,6 +576,7 @@ impl Backend for VerbsBackend {
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
+        self.posted += slots.len() as u32;
         Ok(())
     }
 
@@ -576,6 +600,7 @@ impl Backend for VerbsBackend {
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
         let n = self.cq.poll(&mut self.wcs)?;
+        self.posted = self.posted.saturating_sub(n as u32);
         let slots = self.slab.slots();
         for wc in &self.wcs[..n] {
             let slot = wc.wr_id as u32;
@@ -619,7 +644,7 @@ impl Backend for VerbsBackend {
             .find(|wc| wc.status == ibv_wc_status::IBV_WC_SUCCESS)
         {
             Some(wc) => self.watch.delivered(wc.byte_len),
-            None if n == 0 => self.watch.empty_poll(),
+            None if n == 0 => self.watch.empty_poll(self.posted == 0),
             None => {}
         }
         Ok(())
@@ -635,7 +660,8 @@ impl Backend for VerbsBackend {
             self.channel.drain_events(&self.cq);
         } else if !ready[1] {
             // Woken to read the port's counters (no completion came).
-            self.watch.check(std::time::Instant::now());
+            self.watch
+                .check(std::time::Instant::now(), self.posted == 0);
         }
         Ok(ready[1])
     }

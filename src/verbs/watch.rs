@@ -105,8 +105,11 @@ impl Verdicts {
         self.lost_before + self.lost_packets.div_ceil(self.msg_packets.max(1))
     }
 
-    /// Judges one reading taken at `now`.
-    pub fn sample(&mut self, now: Instant, s: Sample) -> Outcome {
+    /// Judges one reading taken at `now`; `starved`: no receive is posted
+    /// (every slot on loan: the NIC sends RNR NAKs, and the packets the
+    /// sender had in flight behind the refused one arrive out of sequence,
+    /// which says nothing about the peer).
+    pub fn sample(&mut self, now: Instant, s: Sample, starved: bool) -> Outcome {
         let Some(prev) = self.last.replace(s) else {
             return Outcome::default();
         };
@@ -145,7 +148,9 @@ impl Verdicts {
                 }
             }
         }
-        if oos > 0 && self.oos_since.is_none() {
+        if starved && !self.stale {
+            self.oos_since = None;
+        } else if oos > 0 && self.oos_since.is_none() {
             self.oos_since = Some(now);
         }
         if let Some(t) = self.oos_since {
@@ -271,7 +276,7 @@ impl PeerWatch {
             self.dir.display()
         );
         if let Some(s) = first {
-            self.verdicts.sample(Instant::now(), s);
+            self.verdicts.sample(Instant::now(), s, false);
         }
         self.next = Some(Instant::now() + SAMPLE_EVERY);
     }
@@ -283,8 +288,8 @@ impl PeerWatch {
     }
 
     /// A poll found nothing: every so many, a look at the clock and, when
-    /// due, a reading.
-    pub fn empty_poll(&mut self) {
+    /// due, a reading (`starved`: no receive is posted).
+    pub fn empty_poll(&mut self, starved: bool) {
         if self.next.is_none() {
             return;
         }
@@ -293,7 +298,7 @@ impl PeerWatch {
             return;
         }
         self.empty_polls = 0;
-        self.check(Instant::now());
+        self.check(Instant::now(), starved);
     }
 
     /// How long a block may last before the next reading (-1: no limit).
@@ -307,8 +312,8 @@ impl PeerWatch {
         }
     }
 
-    /// Reads the counters when due.
-    pub fn check(&mut self, now: Instant) {
+    /// Reads the counters when due (`starved`: no receive is posted).
+    pub fn check(&mut self, now: Instant, starved: bool) {
         let (Some(next), Some(files)) = (self.next, &self.files) else {
             return;
         };
@@ -318,7 +323,7 @@ impl PeerWatch {
         let Some(s) = files.read() else {
             return;
         };
-        let out = self.verdicts.sample(now, s);
+        let out = self.verdicts.sample(now, s, starved);
         self.wait = if out.moved {
             SAMPLE_EVERY
         } else {
@@ -403,28 +408,28 @@ mod tests {
     fn a_restart_is_found_once_and_its_losses_counted_in_frames() {
         let t0 = Instant::now();
         let mut v = Verdicts::default();
-        v.sample(t0, s(0, 0));
+        v.sample(t0, s(0, 0), false);
         v.delivered(8192, 4096); // 2 packets per message
                                  // The restart begins while the last frames come: its first duplicates
                                  // fall in an interval with deliveries (carried).
-        assert_eq!(v.sample(at(t0, 4), s(6, 0)).restart, false);
+        assert_eq!(v.sample(at(t0, 4), s(6, 0), false).restart, false);
         assert_eq!(
-            v.sample(at(t0, 8), s(20, 0)).restart,
+            v.sample(at(t0, 8), s(20, 0), false).restart,
             false,
             "one rise is no verdict"
         );
-        let out = v.sample(at(t0, 12), s(40, 0));
+        let out = v.sample(at(t0, 12), s(40, 0), false);
         assert!(out.restart && !out.stale);
         assert_eq!((v.restarts, v.lost_frames()), (1, 20));
         assert!(
-            !v.sample(at(t0, 16), s(60, 0)).restart,
+            !v.sample(at(t0, 16), s(60, 0), false).restart,
             "once per quiet spell"
         );
         assert_eq!((v.restarts, v.lost_frames()), (1, 30));
         // Delivery resumes: cleared, the loss kept.
         v.delivered(8192, 4096);
-        assert_eq!(v.sample(at(t0, 20), s(60, 0)).resumed, (true, false));
-        assert_eq!(v.sample(at(t0, 24), s(60, 0)), Outcome::default());
+        assert_eq!(v.sample(at(t0, 20), s(60, 0), false).resumed, (true, false));
+        assert_eq!(v.sample(at(t0, 24), s(60, 0), false), Outcome::default());
         assert_eq!((v.restarts, v.lost_frames()), (1, 30));
     }
 
@@ -432,15 +437,20 @@ mod tests {
     fn a_lost_acks_resend_is_no_restart_but_a_big_burst_is() {
         let t0 = Instant::now();
         let mut v = Verdicts::default();
-        v.sample(t0, s(0, 0));
+        v.sample(t0, s(0, 0), false);
         // One resend of a window after lost ACKs, then quiet: no verdict.
-        assert!(!v.sample(at(t0, 4), s(16, 0)).restart);
+        assert!(!v.sample(at(t0, 4), s(16, 0), false).restart);
         for i in 2..20 {
-            assert!(!v.sample(at(t0, 4 * i), s(16, 0)).restart);
+            assert!(!v.sample(at(t0, 4 * i), s(16, 0), false).restart);
         }
         assert_eq!((v.restarts, v.lost_frames()), (0, 0));
+        v.delivered(1000, 4096);
+        v.sample(at(t0, 96), s(16, 0), false);
         // More at once than any window: a restart at once.
-        assert!(v.sample(at(t0, 100), s(16 + RESTART_BURST + 1, 0)).restart);
+        assert!(
+            v.sample(at(t0, 100), s(16 + RESTART_BURST + 1, 0), false)
+                .restart
+        );
         assert_eq!(v.lost_frames(), RESTART_BURST + 1);
     }
 
@@ -448,22 +458,42 @@ mod tests {
     fn out_of_sequence_without_delivery_for_a_while_is_a_stale_peer() {
         let t0 = Instant::now();
         let mut v = Verdicts::default();
-        v.sample(t0, s(0, 0));
-        assert!(!v.sample(at(t0, 4), s(0, 1)).stale);
-        assert!(!v.sample(at(t0, 40), s(0, 1)).stale, "before STALE_AFTER");
-        let out = v.sample(at(t0, 60), s(0, 2));
+        v.sample(t0, s(0, 0), false);
+        assert!(!v.sample(at(t0, 4), s(0, 1), false).stale);
+        assert!(
+            !v.sample(at(t0, 40), s(0, 1), false).stale,
+            "before STALE_AFTER"
+        );
+        let out = v.sample(at(t0, 60), s(0, 2), false);
         assert!(out.stale && !out.restart && v.is_stale());
-        assert!(!v.sample(at(t0, 200), s(0, 3)).stale, "once");
+        assert!(!v.sample(at(t0, 200), s(0, 3), false).stale, "once");
         assert_eq!(v.stale_verdicts, 1);
         v.delivered(100, 4096);
-        assert_eq!(v.sample(at(t0, 204), s(0, 3)).resumed, (false, true));
+        assert_eq!(v.sample(at(t0, 204), s(0, 3), false).resumed, (false, true));
         assert!(!v.is_stale());
         // A lost packet's NAK, resent and delivered at once: no verdict.
-        assert!(!v.sample(at(t0, 208), s(0, 4)).stale);
+        assert!(!v.sample(at(t0, 208), s(0, 4), false).stale);
         v.delivered(100, 4096);
-        v.sample(at(t0, 212), s(0, 4));
-        assert!(!v.sample(at(t0, 400), s(0, 4)).stale);
+        v.sample(at(t0, 212), s(0, 4), false);
+        assert!(!v.sample(at(t0, 400), s(0, 4), false).stale);
         assert_eq!(v.stale_verdicts, 1);
+    }
+
+    #[test]
+    fn out_of_sequence_while_every_slot_is_on_loan_is_no_stale_peer() {
+        // RNR back-pressure: the packets behind the refused one arrive out
+        // of sequence while no receive is posted.
+        let t0 = Instant::now();
+        let mut v = Verdicts::default();
+        v.sample(t0, s(0, 0), false);
+        for i in 1..100u64 {
+            assert!(!v.sample(at(t0, 4 * i), s(0, i), true).stale);
+        }
+        // Slots posted again, the sender's RNR retry delivers.
+        assert!(!v.sample(at(t0, 404), s(0, 100), false).stale);
+        v.delivered(100, 4096);
+        v.sample(at(t0, 408), s(0, 100), false);
+        assert_eq!(v.stale_verdicts, 0);
     }
 
     #[test]
@@ -471,12 +501,12 @@ mod tests {
         // Two servers on one port: A receives all along, B's peer restarted.
         let t0 = Instant::now();
         let (mut a, mut b) = (Verdicts::default(), Verdicts::default());
-        a.sample(t0, s(0, 0));
-        b.sample(t0, s(0, 0));
+        a.sample(t0, s(0, 0), false);
+        b.sample(t0, s(0, 0), false);
         for i in 1..50u64 {
             a.delivered(1024, 4096);
-            a.sample(at(t0, 4 * i), s(10 * i, 0));
-            b.sample(at(t0, 4 * i), s(10 * i, 0));
+            a.sample(at(t0, 4 * i), s(10 * i, 0), false);
+            b.sample(at(t0, 4 * i), s(10 * i, 0), false);
         }
         assert_eq!((a.restarts, a.lost_frames()), (0, 0));
         assert_eq!(b.restarts, 1);
@@ -488,7 +518,7 @@ mod tests {
         w.connect(4096, 0);
         assert_eq!(w.block_ms(), -1);
         assert_eq!(w.counters().watched.load(Ordering::Acquire), 0);
-        w.empty_poll();
-        w.check(Instant::now() + SAMPLE_MAX);
+        w.empty_poll(false);
+        w.check(Instant::now() + SAMPLE_MAX, false);
     }
 }
