@@ -37,7 +37,9 @@ use crate::wire::MASK_24;
 pub(crate) use backend::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
 pub use frame::Frame;
 pub(crate) use slab::Slab;
-pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters, VerbsCounters};
+#[cfg(feature = "verbs")]
+pub(crate) use stats::VerbsCounters;
+pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters};
 pub use stats::{BackendStats, LinkState, SoftStats, Stats, VerbsStats};
 
 /// The receive thread's name, as `ps -L`, `/proc/<pid>/task/*/comm` and

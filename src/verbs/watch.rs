@@ -412,10 +412,9 @@ mod tests {
         v.delivered(8192, 4096); // 2 packets per message
                                  // The restart begins while the last frames come: its first duplicates
                                  // fall in an interval with deliveries (carried).
-        assert_eq!(v.sample(at(t0, 4), s(6, 0), false).restart, false);
-        assert_eq!(
-            v.sample(at(t0, 8), s(20, 0), false).restart,
-            false,
+        assert!(!v.sample(at(t0, 4), s(6, 0), false).restart);
+        assert!(
+            !v.sample(at(t0, 8), s(20, 0), false).restart,
             "one rise is no verdict"
         );
         let out = v.sample(at(t0, 12), s(40, 0), false);
