@@ -133,6 +133,19 @@ impl VerbsRequester {
         let (qpn, gid, psn, pmtu) = self
             .peer
             .ok_or_else(|| Error::state("restart before connect: connect first"))?;
+        self.reconnect(qpn, gid, psn, pmtu)
+    }
+
+    /// Resets the QP and connects it again, to a host QP that may be new
+    /// (an FPGA reload followed by a host that re-created its server: the
+    /// remedy). Frame sequence numbers go on; the ring position starts at 0.
+    pub fn reconnect(
+        &mut self,
+        host_qpn: u32,
+        host_gid: Gid,
+        start_psn: u32,
+        pmtu: Mtu,
+    ) -> Result<()> {
         let dev = Arc::clone(self.qp.device());
         // SAFETY: self.qp is live (owned by self); no send is outstanding
         // (streams return once every send completed).
@@ -141,7 +154,7 @@ impl VerbsRequester {
             dev.qp_to_init(self.qp.as_ptr(), "requester QP")?;
         }
         self.ring = 0;
-        self.connect(qpn, gid, psn, pmtu)
+        self.connect(host_qpn, host_gid, start_psn, pmtu)
     }
 
     /// Posts one SEND of `len` bytes from buffer slot `slot` (with an
