@@ -96,7 +96,7 @@ pub struct RecvArgs {
     /// Check every frame against the emulator's pattern (bytes and order)
     #[arg(long)]
     verify: bool,
-    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops, peer restarts, the link's state and the time since its last packet
+    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops, peer restarts (verbs: frames lost to them, stale-peer verdicts, or "peer not watched"), the link's state and the time since its last packet
     #[arg(long, value_name = "S", value_parser = args::seconds)]
     stats_interval: Option<f64>,
 }
