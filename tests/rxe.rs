@@ -755,3 +755,58 @@ fn soak_verbs_with_reloads() {
         rss_max - rss_min
     );
 }
+
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn two_servers_on_one_port_only_the_quiet_one_gets_the_verdict() {
+    // The counters are rxe0's port's: server A receives a long stream all
+    // along while server B's FPGA is reloaded. B gets the restart verdict;
+    // A, receiving frames, gets none.
+    let dev = device("rxe0", env_u8("RXE0_GID_IDX"));
+    let mk = || {
+        let s = Server::create(&dev, &server_cfg(256, 1024)).unwrap();
+        let n = Arc::new(AtomicU64::new(0));
+        let n2 = n.clone();
+        s.set_frame_callback(move |_f: Frame| {
+            n2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        (s, n)
+    };
+    let (a, a_frames) = mk();
+    let (b, b_frames) = mk();
+    let mut ra = requester("rxe1", env_u8("RXE1_GID_IDX"), &a, 1024);
+    let mut rb = requester("rxe1", env_u8("RXE1_GID_IDX"), &b, 1024);
+    connect(&a, ra.qpn());
+    connect(&b, rb.qpn());
+    let total = 8_000u64;
+    let sender = std::thread::spawn(move || {
+        ra.stream(total, 1024, &[0], Duration::from_secs(600))
+            .unwrap()
+    });
+    wait_for(&a_frames, 1000);
+    rb.stream(500, 1024, &[1], Duration::from_secs(60)).unwrap();
+    rb.restart().unwrap();
+    rb.stream(500, 1024, &[1], Duration::from_secs(60)).unwrap();
+    let t0 = Instant::now();
+    while b.stats().verbs().peer_restarts == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let a_then = a_frames.load(Ordering::SeqCst);
+    assert!(
+        a_then < total,
+        "A's stream ended before B's verdict: the test proves nothing; make it longer"
+    );
+    let vb = b.stats().verbs();
+    assert_eq!(b_frames.load(Ordering::SeqCst), 500);
+    assert_eq!(vb.peer_restarts, 1, "B's FPGA was reloaded: {vb:?}");
+    assert_eq!(sender.join().unwrap().frames, total);
+    wait_for(&a_frames, total);
+    let va = a.stats().verbs();
+    assert_eq!(
+        (va.peer_restarts, va.stale_peers, va.lost_frames_estimate),
+        (0, 0, 0),
+        "A received all along: no verdict from the port's counters ({a_then} frames at B's verdict)"
+    );
+    println!("two servers: A {a_then}/{total} frames at B's verdict; B {vb:?}");
+}
