@@ -342,6 +342,9 @@ impl PeerWatch {
         c.stale_peers.store(v.stale_verdicts, Ordering::Release);
         c.stale.store(v.is_stale() as u64, Ordering::Release);
         let (dev, port) = (&self.port.0, self.port.1);
+        if !(out.restart || out.stale || out.resumed.0 || out.resumed.1) {
+            return;
+        }
         let shared = match watchers(&self.port, 0) {
             0 | 1 => String::new(),
             n => format!(
