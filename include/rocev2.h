@@ -603,9 +603,11 @@ typedef struct {
    */
   uint64_t stale_packets;
   /**
-   * soft: peer restarts (the FPGA started over at the connection's first
-   * PSN, re-programmed after a reload; the server re-synchronised and
-   * logged a warning). Since 2.1.
+   * Peer restarts (the FPGA started over at the connection's first PSN,
+   * re-programmed after a reload), logged with a warning. soft: the
+   * server re-synchronised, nothing lost. verbs (since 2.3): seen in the
+   * port's duplicate_request counter; the NIC dropped the restarted
+   * stream, see lost_frames_estimate. Since 2.1.
    */
   uint64_t peer_restarts;
   /**
@@ -614,6 +616,29 @@ typedef struct {
    * spin_us). Since 2.2.
    */
   uint64_t naps;
+  /**
+   * verbs: frames estimated lost to peer restarts (the NIC ACKed them as
+   * old duplicates and delivered none; the FPGA believes them
+   * delivered). Since 2.3.
+   */
+  uint64_t lost_frames_estimate;
+  /**
+   * verbs: stale-peer verdicts (out-of-sequence requests and no delivery
+   * for 50 ms: the FPGA sends PSNs ahead of the expected one), each
+   * logged with its remedy. Since 2.3.
+   */
+  uint64_t stale_peers;
+  /**
+   * verbs: 1 while a stale-peer verdict holds (cleared when delivery
+   * resumes), else 0. Since 2.3.
+   */
+  uint64_t peer_stale;
+  /**
+   * 1 when restarted and stale peers are watched (soft: always; verbs:
+   * when the port's hw_counters exist), 0 when not (said once in the log
+   * at connect). Since 2.3.
+   */
+  uint64_t peer_watched;
   /**
    * Soft, with measure_latency: from the kernel's receive stamp of each packet that asked for an ACK to the ACK covering it leaving: samples (0: not measured). Since 2.3.
    */

@@ -79,6 +79,8 @@ _STAT_FIELDS = [
 _STAT_FIELDS_2_1 = ["us_since_last_packet", "us_since_last_frame", "stale_packets", "peer_restarts"]
 # Since 2.2.
 _STAT_FIELDS_2_2 = ["naps"]
+# Since 2.3: the verbs backend's verdicts on its peer (docs/operations.md).
+_STAT_FIELDS_2_3_PEER = ["lost_frames_estimate", "stale_peers", "peer_stale", "peer_watched"]
 # Since 2.3: the latency histograms (ServerCfg.measureLatency), nanoseconds.
 _STAT_FIELDS_2_3 = [f"{h}_{q}" for h in ("ack_turnaround", "delivery")
                     for q in ("count", "p50_ns", "p99_ns", "p999_ns", "max_ns")]
@@ -88,7 +90,8 @@ class _Stats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
                 + [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
                 + [("link_state", ctypes.c_uint32), ("reserved2", ctypes.c_uint32)]
-                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3])
+                + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2
+                                                   + _STAT_FIELDS_2_3_PEER + _STAT_FIELDS_2_3])
 
 
 _FRAME_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Frame))

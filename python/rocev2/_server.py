@@ -13,7 +13,7 @@ import typing
 import weakref
 
 from ._cdecl import (_FRAME_CB, _FRAME_RECORD, _STAT_FIELDS, _STAT_FIELDS_2_1, _STAT_FIELDS_2_2,
-                     _STAT_FIELDS_2_3,
+                     _STAT_FIELDS_2_3, _STAT_FIELDS_2_3_PEER,
                      _STRUCT_SIZE, _Batch, _DeviceConfig, _Frame, _HostParams, _Stats)
 from ._codes import LinkState, Mtu, _u32, validate_channel
 from ._config import _ICRC_CHECK, HostParams, ServerCfg, TransportCfg
@@ -580,7 +580,7 @@ class Server:
         _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
         _answered(s, "rocev2_server_get_stats")
         return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1
-                + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3}
+                + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3_PEER + _STAT_FIELDS_2_3}
 
     def end_cause(self) -> typing.Optional[str]:
         """Why the link is down (the receive thread's end cause, "stopped"
@@ -596,8 +596,9 @@ class Server:
     def health(self) -> typing.Dict[str, typing.Any]:
         """Link health for an operator: ``state`` (a :class:`LinkState`),
         ``since_last_packet_s`` / ``since_last_frame_s`` (seconds, None
-        before the first), ``end_cause`` (see :meth:`end_cause`) and
-        ``peer_restarts``."""
+        before the first), ``end_cause`` (see :meth:`end_cause`),
+        ``peer_restarts``, ``stale_peer`` (a stale-peer verdict holds, verbs)
+        and ``lost_frames_estimate`` (frames lost to restarts, verbs)."""
         st = self.stats()
 
         def seconds(us: int) -> typing.Optional[float]:
@@ -605,7 +606,9 @@ class Server:
         return {"state": LinkState(st["link_state"]),
                 "since_last_packet_s": seconds(st["us_since_last_packet"]),
                 "since_last_frame_s": seconds(st["us_since_last_frame"]),
-                "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"]}
+                "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"],
+                "stale_peer": bool(st["peer_stale"]),
+                "lost_frames_estimate": st["lost_frames_estimate"]}
 
     def is_running(self) -> bool:
         return bool(self._srv) and _lib().rocev2_server_is_running(self._srv) != 0

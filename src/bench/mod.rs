@@ -209,7 +209,7 @@ impl E2eSetup {
 }
 
 /// The server's receive thread's name.
-const SERVER_THREAD: &str = "RoCEv2Server";
+const SERVER_THREAD: &str = crate::server::RECEIVE_THREAD_NAME;
 
 /// Frames through the whole soft path in this process: the FPGA emulator ->
 /// loopback UDP -> responder -> slab -> loan -> counting callback -> release

@@ -44,6 +44,9 @@ pub struct VerbsRequester {
     inflight: usize,
     ring: u32,
     sent: u64,
+    /// What `connect` was given (host QPN, GID, first PSN, path MTU), for
+    /// `restart`.
+    peer: Option<(u32, Gid, u32, Mtu)>,
 }
 
 // SAFETY: used by one thread at a time; ibverbs objects may move between threads.
@@ -81,6 +84,7 @@ impl VerbsRequester {
             inflight,
             ring: 0,
             sent: 0,
+            peer: None,
         })
     }
 
@@ -104,6 +108,7 @@ impl VerbsRequester {
         start_psn: u32,
         pmtu: Mtu,
     ) -> Result<()> {
+        self.peer = Some((host_qpn, host_gid, start_psn, pmtu));
         // SAFETY: self.qp is live (owned by self).
         unsafe {
             self.qp.device().qp_to_rts(
@@ -117,6 +122,39 @@ impl VerbsRequester {
                 "requester QP",
             )
         }
+    }
+
+    /// Plays an FPGA reload: the QP is reset and re-programmed with the same
+    /// host params, so its next SEND carries the first PSN again (and the
+    /// ring position starts over at 0). A verbs host ACKs the new stream as
+    /// old duplicates and delivers none of it (its peer watch reports a
+    /// restart); a soft host re-synchronises. Call between streams.
+    pub fn restart(&mut self) -> Result<()> {
+        let (qpn, gid, psn, pmtu) = self
+            .peer
+            .ok_or_else(|| Error::state("restart before connect: connect first"))?;
+        self.reconnect(qpn, gid, psn, pmtu)
+    }
+
+    /// Resets the QP and connects it again, to a host QP that may be new
+    /// (an FPGA reload followed by a host that re-created its server: the
+    /// remedy). Frame sequence numbers go on; the ring position starts at 0.
+    pub fn reconnect(
+        &mut self,
+        host_qpn: u32,
+        host_gid: Gid,
+        start_psn: u32,
+        pmtu: Mtu,
+    ) -> Result<()> {
+        let dev = Arc::clone(self.qp.device());
+        // SAFETY: self.qp is live (owned by self); no send is outstanding
+        // (streams return once every send completed).
+        unsafe {
+            dev.qp_to_reset(self.qp.as_ptr(), "requester QP")?;
+            dev.qp_to_init(self.qp.as_ptr(), "requester QP")?;
+        }
+        self.ring = 0;
+        self.connect(host_qpn, host_gid, start_psn, pmtu)
     }
 
     /// Posts one SEND of `len` bytes from buffer slot `slot` (with an

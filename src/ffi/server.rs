@@ -175,14 +175,31 @@ pub struct rocev2_stats {
     /// soft: packets further from the expected PSN than any sender window
     /// allows (dropped, not ACKed). Since 2.1.
     pub stale_packets: u64,
-    /// soft: peer restarts (the FPGA started over at the connection's first
-    /// PSN, re-programmed after a reload; the server re-synchronised and
-    /// logged a warning). Since 2.1.
+    /// Peer restarts (the FPGA started over at the connection's first PSN,
+    /// re-programmed after a reload), logged with a warning. soft: the
+    /// server re-synchronised, nothing lost. verbs (since 2.3): seen in the
+    /// port's duplicate_request counter; the NIC dropped the restarted
+    /// stream, see lost_frames_estimate. Since 2.1.
     pub peer_restarts: u64,
     /// Times the receive thread napped: slept briefly, then took what came
     /// (a paced sender, whose rate spinning would not raise; see
     /// spin_us). Since 2.2.
     pub naps: u64,
+    /// verbs: frames estimated lost to peer restarts (the NIC ACKed them as
+    /// old duplicates and delivered none; the FPGA believes them
+    /// delivered). Since 2.3.
+    pub lost_frames_estimate: u64,
+    /// verbs: stale-peer verdicts (out-of-sequence requests and no delivery
+    /// for 50 ms: the FPGA sends PSNs ahead of the expected one), each
+    /// logged with its remedy. Since 2.3.
+    pub stale_peers: u64,
+    /// verbs: 1 while a stale-peer verdict holds (cleared when delivery
+    /// resumes), else 0. Since 2.3.
+    pub peer_stale: u64,
+    /// 1 when restarted and stale peers are watched (soft: always; verbs:
+    /// when the port's hw_counters exist), 0 when not (said once in the log
+    /// at connect). Since 2.3.
+    pub peer_watched: u64,
     /// Soft, with measure_latency: from the kernel's receive stamp of each packet that asked for an ACK to the ACK covering it leaving: samples (0: not measured). Since 2.3.
     pub ack_turnaround_count: u64,
     /// ack_turnaround: median, ns (quantiles within 3.2%). Since 2.3.
@@ -474,6 +491,7 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
         let core = core_ref(srv)?;
         let s = core.stats();
         let soft = s.soft();
+        let verbs = s.verbs();
         let full = rocev2_stats {
             struct_size: 0,
             reserved: 0,
@@ -511,8 +529,15 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             us_since_last_packet: micros_or_max(s.since_last_packet),
             us_since_last_frame: micros_or_max(s.since_last_frame),
             stale_packets: soft.stale_packets,
-            peer_restarts: soft.peer_restarts,
+            peer_restarts: s.peer_restarts(),
             naps: s.naps,
+            lost_frames_estimate: verbs.lost_frames_estimate,
+            stale_peers: verbs.stale_peers,
+            peer_stale: verbs.stale,
+            peer_watched: match s.backend {
+                crate::BackendStats::Soft(_) => 1,
+                crate::BackendStats::Verbs(v) => v.watched,
+            },
             ack_turnaround_count: s.ack_turnaround.count,
             ack_turnaround_p50_ns: s.ack_turnaround.p50_ns,
             ack_turnaround_p99_ns: s.ack_turnaround.p99_ns,

@@ -39,8 +39,14 @@ pub use frame::Frame;
 use latency::Histogram;
 pub use latency::Latency;
 pub(crate) use slab::Slab;
+#[cfg(feature = "verbs")]
+pub(crate) use stats::VerbsCounters;
 pub(crate) use stats::{Activity, BackendCounters, Counters, SoftCounters};
-pub use stats::{BackendStats, LinkState, SoftStats, Stats};
+pub use stats::{BackendStats, LinkState, SoftStats, Stats, VerbsStats};
+
+/// The receive thread's name, as `ps -L`, `/proc/<pid>/task/*/comm` and
+/// rogue list it (named before `complete_connection` returns).
+pub(crate) const RECEIVE_THREAD_NAME: &str = "RoCEv2Server";
 
 type FrameCallback = Box<dyn FnMut(Frame) + Send + 'static>;
 
@@ -360,10 +366,19 @@ impl ServerCore {
         );
         let callback = c.callback.take();
         let core = Arc::clone(self);
+        // The thread names itself as it starts (std sets the name inside the
+        // new thread, before the closure runs): wait for that start, so the
+        // name is listed when this returns (rogue looks for it right away).
+        let (started, has_started) = std::sync::mpsc::sync_channel::<()>(1);
         let handle = std::thread::Builder::new()
-            .name("RoCEv2Server".into())
-            .spawn(move || core.run(backend, callback))
+            .name(RECEIVE_THREAD_NAME.into())
+            .spawn(move || {
+                let _ = started.send(());
+                core.run(backend, callback)
+            })
             .map_err(|e| Error::io("spawning the receive thread", e))?;
+        // An error here means the thread ended without sending: nothing to wait for.
+        let _ = has_started.recv();
         c.thread_id = Some(handle.thread().id());
         c.thread = Some(handle);
         c.link = LinkState::Connected;

@@ -1,8 +1,9 @@
 //! Counters: every frame, byte, drop and protocol event, by cause. The core
 //! keeps its own ([`Stats`]); each backend reports its own section
 //! ([`BackendStats`]): the soft backend's protocol and socket counters
-//! ([`SoftStats`]); the verbs backend has none here (the NIC keeps them:
-//! `ethtool -S`, the device's hw_counters).
+//! ([`SoftStats`]); the verbs backend its verdicts on the peer
+//! ([`VerbsStats`]; the NIC keeps the protocol counters: `ethtool -S`, the
+//! device's hw_counters).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -242,15 +243,50 @@ counters! {
     }
 }
 
+counters! {
+    /// The verbs backend's live counters: its verdicts on the peer, from the
+    /// port's responder counters (`verbs/watch.rs`).
+    VerbsCounters;
+    /// The verbs backend's counters: the NIC keeps the protocol counters
+    /// (`ethtool -S`, `/sys/class/infiniband/<dev>/ports/<port>/hw_counters`);
+    /// these are the verdicts the server draws from them.
+    VerbsStats;
+    {
+        /// Peer restarts: the port's `duplicate_request` counter rose while no
+        /// completion came (the NIC ACKed a restarted stream as old
+        /// duplicates and delivered none of it). Logged once per restart.
+        peer_restarts,
+        /// Frames estimated lost to peer restarts: each duplicate the NIC
+        /// ACKed during a restart was a message the FPGA believes delivered
+        /// (packets divided by the packets per message of the last frame).
+        lost_frames_estimate,
+        /// Stale-peer verdicts: the port's out-of-sequence counter rose while
+        /// no completion came for 50 ms (the FPGA sends PSNs ahead of the
+        /// expected one: not programmed with this server's host params, or it
+        /// kept its PSN). Logged once per verdict.
+        stale_peers,
+        /// 1 while a stale-peer verdict holds (cleared when delivery resumes).
+        stale,
+        /// 1 when the port's counters are watched (0: the files are missing,
+        /// said once at connect; no verdict is drawn).
+        watched,
+    }
+}
+
 /// The backend's section of [`Stats`].
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendStats {
-    /// The verbs backend: the NIC keeps the protocol counters (`ethtool -S`,
-    /// `/sys/class/infiniband/<dev>/ports/1/hw_counters`).
-    #[default]
-    Verbs,
+    /// The verbs backend's verdicts on its peer (the NIC keeps the protocol
+    /// counters).
+    Verbs(VerbsStats),
     /// The soft backend's counters.
     Soft(SoftStats),
+}
+
+impl Default for BackendStats {
+    fn default() -> BackendStats {
+        BackendStats::Verbs(VerbsStats::default())
+    }
 }
 
 impl Stats {
@@ -258,8 +294,21 @@ impl Stats {
     pub fn soft(&self) -> SoftStats {
         match self.backend {
             BackendStats::Soft(s) => s,
-            BackendStats::Verbs => SoftStats::default(),
+            BackendStats::Verbs(_) => SoftStats::default(),
         }
+    }
+    /// The verbs backend's counters (all 0 on soft).
+    pub fn verbs(&self) -> VerbsStats {
+        match self.backend {
+            BackendStats::Verbs(v) => v,
+            BackendStats::Soft(_) => VerbsStats::default(),
+        }
+    }
+    /// Peer restarts seen by either backend (soft: the responder
+    /// re-synchronised, nothing lost; verbs: the NIC dropped the restarted
+    /// stream as duplicates, see `verbs().lost_frames_estimate`).
+    pub fn peer_restarts(&self) -> u64 {
+        self.soft().peer_restarts + self.verbs().peer_restarts
     }
 }
 
@@ -271,14 +320,18 @@ pub(crate) enum BackendCounters {
     None,
     /// The soft backend's.
     Soft(Arc<SoftCounters>),
+    /// The verbs backend's verdicts.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    Verbs(Arc<VerbsCounters>),
 }
 
 impl BackendCounters {
     /// The backend's section now.
     pub fn snapshot(&self) -> BackendStats {
         match self {
-            BackendCounters::None => BackendStats::Verbs,
+            BackendCounters::None => BackendStats::default(),
             BackendCounters::Soft(c) => BackendStats::Soft(c.snapshot()),
+            BackendCounters::Verbs(c) => BackendStats::Verbs(c.snapshot()),
         }
     }
 }

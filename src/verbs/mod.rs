@@ -20,12 +20,15 @@ use crate::config::ConnectParams;
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::server::Slab;
-use crate::server::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
+use crate::server::{
+    Backend, BackendCounters, BackendInfo, Completion, CompletionKind, POLL_BATCH,
+};
 use crate::sys::poll_readable;
 use crate::wire::psn;
 
 mod dl;
 mod ibv;
+mod watch;
 
 pub(crate) use dl::post_send;
 use dl::Verbs;
@@ -346,6 +349,26 @@ impl VerbsDevice {
         Ok(())
     }
 
+    /// Any state -> RESET (the send and receive queues emptied, the PSNs
+    /// forgotten): what an FPGA reload does to its engine.
+    ///
+    /// # Safety
+    /// `qp` must be a live QP of this device.
+    pub(crate) unsafe fn qp_to_reset(&self, qp: *mut ibv_qp, what: &str) -> Result<()> {
+        // SAFETY: plain data; zeroed is valid.
+        let mut qa: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        qa.qp_state = ibv_qp_state::IBV_QPS_RESET;
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.modify_qp(
+                qp,
+                &mut qa,
+                ibv_qp_attr_mask::IBV_QP_STATE,
+                &format!("{what} →RESET failed"),
+            )
+        }
+    }
+
     /// RESET -> INIT on our port, granting no remote access.
     ///
     /// # Safety
@@ -448,6 +471,10 @@ pub(crate) struct VerbsBackend {
     wcs: Vec<ibv_wc>,
     sges: Vec<ibv_sge>,
     wrs: Vec<ibv_recv_wr>,
+    /// The port's responder counters: restarted and stale peers.
+    watch: watch::PeerWatch,
+    /// Receives posted and not completed yet.
+    posted: u32,
 }
 
 // SAFETY: the backend is used by one thread at a time (the creator, then the
@@ -503,6 +530,8 @@ impl VerbsBackend {
                 .collect(),
             sges: Vec::with_capacity(depth as usize),
             wrs: Vec::with_capacity(depth as usize),
+            watch: watch::PeerWatch::new(&dev.name, dev.ib_port),
+            posted: 0,
         })
     }
 
@@ -568,6 +597,7 @@ impl Backend for VerbsBackend {
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
+        self.posted += slots.len() as u32;
         Ok(())
     }
 
@@ -584,11 +614,14 @@ impl Backend for VerbsBackend {
                 sq_psn,
                 "QP",
             )
-        }
+        }?;
+        self.watch.connect(p.pmtu.bytes(), p.fpga_rq_psn);
+        Ok(())
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
         let n = self.cq.poll(&mut self.wcs)?;
+        self.posted = self.posted.saturating_sub(n as u32);
         let slots = self.slab.slots();
         for wc in &self.wcs[..n] {
             let slot = wc.wr_id as u32;
@@ -630,6 +663,15 @@ impl Backend for VerbsBackend {
                 rx_ns: 0,
             });
         }
+        match self.wcs[..n]
+            .iter()
+            .rev()
+            .find(|wc| wc.status == ibv_wc_status::IBV_WC_SUCCESS)
+        {
+            Some(wc) => self.watch.delivered(wc.byte_len),
+            None if n == 0 => self.watch.empty_poll(self.posted == 0),
+            None => {}
+        }
         Ok(())
     }
 
@@ -638,10 +680,18 @@ impl Backend for VerbsBackend {
     }
 
     fn block(&mut self, wake_fd: RawFd) -> Result<bool> {
-        let ready = poll_readable([self.channel.fd(), wake_fd], -1)?;
+        let ready = poll_readable([self.channel.fd(), wake_fd], self.watch.block_ms())?;
         if ready[0] {
             self.channel.drain_events(&self.cq);
+        } else if !ready[1] {
+            // Woken to read the port's counters (no completion came).
+            self.watch
+                .check(std::time::Instant::now(), self.posted == 0);
         }
         Ok(ready[1])
+    }
+
+    fn counters(&self) -> BackendCounters {
+        BackendCounters::Verbs(self.watch.counters())
     }
 }

@@ -209,7 +209,7 @@ static void stats_grew_in_2_1(rocev2_server* srv) {
     CHECK(((rocev2_stats*)sb)->peer_restarts == 0);
     CHECK(canary_intact(sb, v21, sizeof sb));
     /* ABI 2.3 grew it again (latency): a 2.2 caller's struct ends before it. */
-    size_t v22 = offsetof(rocev2_stats, ack_turnaround_count);
+    size_t v22 = offsetof(rocev2_stats, lost_frames_estimate);
     memset(sb, 0xA5, sizeof sb);
     ((rocev2_stats*)sb)->struct_size = (uint32_t)v22;
     CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));

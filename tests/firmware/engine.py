@@ -10,6 +10,7 @@ the next edge. Scenario hooks (`Bridge`) drop, duplicate or hold packets.
 """
 from __future__ import annotations
 
+import functools
 import random
 import socket
 import struct
@@ -23,6 +24,7 @@ from cocotb.triggers import RisingEdge
 # ---------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
 def pattern_bytes(seq: int, length: int) -> bytes:
     """Frame `seq` of `length` bytes: seq little-endian in bytes 0..8 (cut to
     the frame), then the xorshift32 stream seeded from seq."""
@@ -247,6 +249,23 @@ class Engine:
             assert ok and got == state, f"QP -> state {state} failed (ok={ok}, state={got})"
         self.pmtu_bytes = 128 << pmtu
         self.next_psn = sq_psn
+
+    async def reload(self, host_qpn: int, host_rq_psn: int, sq_psn: int, pmtu: int,
+                     timeout: int, **kw):
+        """An FPGA reload: once nothing is in flight on the driver's side, the
+        engine is reset (RST_N) and brought up again through the metadata bus
+        with these host params and first PSN `sq_psn`; the driver forgets the
+        old stream's PSNs (the frames and completions stay)."""
+        while self.wr_queue or self.dma_reqs or self.dma_beats or self.ack_queue:
+            await RisingEdge(self.dut.CLK)
+        await self.reset()
+        self.rx_beats = bytearray()
+        self.psns_seen.clear()
+        self.max_psn = None
+        self.msg_end_psns = []
+        self.last_ack_psn = None
+        self.first_psn = sq_psn
+        await self.bring_up(host_qpn, host_rq_psn, sq_psn, pmtu, timeout, **kw)
 
     # -- work requests ------------------------------------------------------
     def post(self, seq: int, length: int, imm: int):

@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = "mkAxiSTransportLayer"
 SCENARIOS = ["stream", "dropped_data_packet", "dropped_ack", "rnr", "coalesced_acks",
-             "duplicated_packet", "psn_wrap", "more_than_16_queued"]
+             "duplicated_packet", "psn_wrap", "more_than_16_queued", "restart", "stale", "large"]
 
 
 def main() -> int:

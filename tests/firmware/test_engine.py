@@ -21,11 +21,11 @@ MAX_PAYLOAD = 4096
 CLK_NS = 6.4  # 156.25 MHz, the engine's clock on hardware (timers count it)
 
 
-def soft_server(depth: int) -> rocev2.Server:
+def soft_server(depth: int, max_payload: int = MAX_PAYLOAD) -> rocev2.Server:
     check = "require" if os.geteuid() == 0 else "auto"
     return rocev2.Server(rocev2.ServerCfg(
         ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0, peerUdpPort=0,
-        maxPayload=MAX_PAYLOAD, rxQueueDepth=depth, spinUs=0, icrcCheck=check))
+        maxPayload=max_payload, rxQueueDepth=depth, spinUs=0, icrcCheck=check))
 
 
 class Consumer:
@@ -68,13 +68,13 @@ class Consumer:
 
 async def scenario(dut, name, frames, bridge=None, pmtu=3, timeout=4, depth=64,
                    psn=None, min_rnr=1, consumer_hook=None, settle=400,
-                   max_cycles=200_000):
+                   max_cycles=200_000, max_payload=MAX_PAYLOAD):
     """Brings the engine up against a fresh server, posts `frames` [(len, channel)],
     runs until all are delivered and completed (+`settle` cycles to catch late
     duplicates), checks, records. Returns (engine, server stats, consumer)."""
     t0 = time.time()
     cocotb.start_soon(Clock(dut.CLK, CLK_NS, unit="ns").start())
-    server = soft_server(depth)
+    server = soft_server(depth, max_payload)
     hp = server.get_host_params()
     first = hp.hostSqPsn if psn is None else psn
     eng = Engine(dut, server, bridge)
@@ -89,13 +89,7 @@ async def scenario(dut, name, frames, bridge=None, pmtu=3, timeout=4, depth=64,
             eng.post(i, length, (i << 8) | ch)
         n = len(frames)
         start = eng.cycle
-        while cons.got < n or len(eng.completions) < n:
-            await RisingEdge(dut.CLK)
-            bad = [c for c in eng.completions if c[1] != 0]
-            assert not bad, f"work completion with status {bad[0][1]} (wr {bad[0][0]})"
-            assert eng.cycle - start < max_cycles, (
-                f"stuck: {cons.got}/{n} frames delivered, {len(eng.completions)}/{n} "
-                f"completions after {max_cycles} cycles")
+        await until_done(eng, cons, n, max_cycles)
         for _ in range(settle):
             await RisingEdge(dut.CLK)
         cons.poll()
@@ -118,6 +112,19 @@ async def scenario(dut, name, frames, bridge=None, pmtu=3, timeout=4, depth=64,
     finally:
         eng.close()
         server.close()
+
+
+async def until_done(eng, cons, n, max_cycles):
+    """Clocks until `n` frames are delivered and `n` work requests completed,
+    each with status 0."""
+    start = eng.cycle
+    while cons.got < n or len(eng.completions) < n:
+        await RisingEdge(eng.dut.CLK)
+        bad = [c for c in eng.completions if c[1] != 0]
+        assert not bad, f"work completion with status {bad[0][1]} (wr {bad[0][0]})"
+        assert eng.cycle - start < max_cycles, (
+            f"stuck: {cons.got}/{n} frames delivered, {len(eng.completions)}/{n} "
+            f"completions after {max_cycles} cycles")
 
 
 def record(rec, **extra):
@@ -331,3 +338,126 @@ async def mid_message_nak(dut):
                                      bridge=DropData({5}), pmtu=3, timeout=4)
     assert st["seq_naks_tx"] >= 1
     record(rec)
+
+
+@cocotb.test()
+async def restart(dut):
+    """An FPGA reload mid-stream: after 300 frames (more PSNs than the host's
+    restart distance, 256) the engine is reset and re-programmed through its
+    metadata bus with the same host params, so it starts over at the host SQ
+    PSN. The soft server recognises the restart (one peer_restarts),
+    re-synchronises, and delivers every frame of the new stream once."""
+    t0 = time.time()
+    cocotb.start_soon(Clock(dut.CLK, CLK_NS, unit="ns").start())
+    n1, n2 = 300, 24
+    frames = [(32 + i % 32, i % 2) for i in range(n1 + n2)]
+    server = soft_server(64)
+    hp = server.get_host_params()
+    first = hp.hostSqPsn
+    eng = Engine(dut, server)
+    try:
+        await eng.reset()
+        eng.start(first)
+        await eng.bring_up(hp.hostQpn, hp.hostRqPsn, first, 5, 4)
+        server.completeConnection(eng.qpn, first, 5, 1)
+        cons = Consumer(server, frames)
+        eng.on_poll = cons.poll
+        for i in range(n1):
+            eng.post(i, frames[i][0], (i << 8) | frames[i][1])
+        start = eng.cycle
+        await until_done(eng, cons, n1, 400_000)
+        assert server.stats()["peer_restarts"] == 0
+        await eng.reload(hp.hostQpn, hp.hostRqPsn, first, 5, 4)
+        for i in range(n1, n1 + n2):
+            eng.post(i, frames[i][0], (i << 8) | frames[i][1])
+        await until_done(eng, cons, n1 + n2, 100_000)
+        for _ in range(400):
+            await RisingEdge(dut.CLK)
+        cons.poll()
+        st = server.stats()
+        assert cons.got == n1 + n2 and st["frames"] == n1 + n2, (
+            f"{cons.got} frames delivered, server counted {st['frames']}, {n1 + n2} posted")
+        assert st["peer_restarts"] == 1, f"peer_restarts {st['peer_restarts']}, one reload"
+        assert [c[0] for c in eng.completions] == list(range(n1 + n2)), "completions out of order"
+        assert st["icrc_errors"] == 0 and eng.icrc_bad == 0
+        record(dict(name="restart", frames=n1 + n2, cycles=eng.cycle - start,
+                    wall_s=round(time.time() - t0, 1), engine_packets=eng.sent_pkts,
+                    peer_restarts=st["peer_restarts"], stale_packets=st["stale_packets"],
+                    duplicates=st["duplicates"], icrc_checked=st["icrc_checked"]))
+    finally:
+        eng.close()
+        server.close()
+
+
+@cocotb.test()
+async def stale(dut):
+    """The host re-creates its server (a new QP, new PSNs) and the engine is
+    programmed with the new host QPN but keeps its old PSN (rogue #1268: no
+    SoftReset pulse). The new server delivers nothing, counts the stale
+    packets and reports a suspected peer restart (peer_restarts, a warning)
+    once STALE_RUN (16) came in a row: reported, not silently dropped."""
+    t0 = time.time()
+    cocotb.start_soon(Clock(dut.CLK, CLK_NS, unit="ns").start())
+    frames = [(256, 0)] * 8
+    old = soft_server(16)
+    hp = old.get_host_params()
+    eng = Engine(dut, old)
+    new = None
+    try:
+        await eng.reset()
+        eng.start(hp.hostSqPsn)
+        await eng.bring_up(hp.hostQpn, hp.hostRqPsn, hp.hostSqPsn, 5, 1)
+        old.completeConnection(eng.qpn, hp.hostSqPsn, 5, 1)
+        cons = Consumer(old, frames)
+        eng.on_poll = cons.poll
+        for i, (length, ch) in enumerate(frames):
+            eng.post(i, length, (i << 8) | ch)
+        await until_done(eng, cons, len(frames), 100_000)
+        kept = eng.next_psn
+        eng.on_poll = None
+        old.close()
+        # The new server's PSNs are random: make sure they are far from the kept one.
+        while True:
+            new = soft_server(16)
+            nhp = new.get_host_params()
+            if abs(psn_diff(kept, nhp.hostSqPsn)) > 4096:
+                break
+            new.close()
+        eng.host = ("127.0.0.1", new.udp_port)
+        await eng.reload(nhp.hostQpn, nhp.hostRqPsn, kept, 5, 1, retry=7)
+        new.completeConnection(eng.qpn, nhp.hostSqPsn, 5, 1)
+        none = Consumer(new, [])  # any frame delivered fails the test
+        eng.on_poll = none.poll
+        for i in range(8, 16):
+            eng.post(i, 256, i << 8)
+        start = eng.cycle
+        while new.stats()["peer_restarts"] == 0:
+            for _ in range(64):
+                await RisingEdge(dut.CLK)
+            assert eng.cycle - start < 200_000, (
+                f"no verdict after 200000 cycles: {new.stats()}")
+        st = new.stats()
+        assert st["frames"] == 0 and none.got == 0, f"{st['frames']} frames delivered"
+        assert st["stale_packets"] >= 16, f"stale_packets {st['stale_packets']}"
+        assert st["acks_tx"] == 0, "the stale packets were ACKed"
+        record(dict(name="stale", frames=0, cycles=eng.cycle - start,
+                    wall_s=round(time.time() - t0, 1), engine_packets=eng.sent_pkts,
+                    stale_packets=st["stale_packets"], peer_restarts=st["peer_restarts"],
+                    retransmits=eng.retransmits))
+    finally:
+        eng.close()
+        if new is not None:
+            new.close()
+
+
+@cocotb.test()
+async def large(dut):
+    """64 KiB frames at pmtu 4096 (16 packets per message) through drops: the
+    bridge drops the first packets of frames 1 and 3 (packets 16 and 48); the
+    host NAKs, the engine goes back N and resends whole messages."""
+    frames = [(65536, i % 2) for i in range(5)]
+    eng, st, _, rec = await scenario(dut, "large", frames, bridge=DropData({16, 48}), pmtu=5,
+                                     timeout=8, max_payload=65536, max_cycles=400_000)
+    assert st["seq_naks_tx"] >= 1, "the host sent no sequence NAK"
+    assert eng.retransmits >= 16, f"{eng.retransmits} retransmits: no message resent"
+    record(rec, packets_per_frame=16)

@@ -83,3 +83,6 @@ def test_recreate_is_the_remedy_on_verbs():
         h = srv.health()
         assert h["state"] is rocev2.LinkState.CONNECTED and h["since_last_frame_s"] is not None
         assert srv.stats()["frames"] == 100
+        # rxe0's counters are watched; a clean stream draws no verdict.
+        assert h["stale_peer"] is False and h["peer_restarts"] == 0 and h["lost_frames_estimate"] == 0
+        assert srv.stats()["peer_watched"] == 1

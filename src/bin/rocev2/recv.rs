@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use rocev2::emulator::pattern;
 use rocev2::{
-    ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig, SoftConfig, Stats,
-    VerbsConfig,
+    BackendStats, ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig,
+    SoftConfig, Stats, VerbsConfig,
 };
 use serde_json::json;
 
@@ -95,7 +95,7 @@ pub struct RecvArgs {
     /// Check every frame against the emulator's pattern (bytes and order)
     #[arg(long)]
     verify: bool,
-    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops, peer restarts, the link's state and the time since its last packet
+    /// Print a line on stderr every S seconds: frames, rate, seq NAKs, RNR NAKs, socket drops, peer restarts (verbs: frames lost to them, stale-peer verdicts, or "peer not watched"), the link's state and the time since its last packet
     #[arg(long, value_name = "S", value_parser = args::seconds)]
     stats_interval: Option<f64>,
     /// Measure the ACK turnaround and the frame delivery latency (soft; kernel receive stamps): p50/p99/p99.9 in the --stats-interval lines and the final JSON
@@ -330,14 +330,15 @@ impl Ticker {
         let mut line = format!(
             "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
              seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
-             link {}, last packet {}",
+             {}link {}, last packet {}",
             (now - self.t0).as_secs_f64(),
             t.frames,
             s.soft().seq_naks_tx,
             s.soft().rnr_naks_tx,
             s.soft().socket_drops,
             s.soft().duplicates,
-            s.soft().peer_restarts,
+            s.peer_restarts(),
+            peer_verdicts(s),
             s.link,
             s.since_last_packet.map_or("never".to_string(), |d| format!(
                 "{:.1} s ago",
@@ -432,6 +433,20 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
     Ok(t)
 }
 
+/// The verbs backend's verdicts for a --stats-interval line ("" on soft).
+fn peer_verdicts(s: &Stats) -> String {
+    match s.backend {
+        BackendStats::Verbs(v) if v.watched == 0 => "peer not watched  ".to_string(),
+        BackendStats::Verbs(v) => format!(
+            "lost to restarts ~{}  stale peer {}{}  ",
+            v.lost_frames_estimate,
+            if v.stale != 0 { "NOW, " } else { "" },
+            v.stale_peers
+        ),
+        BackendStats::Soft(_) => String::new(),
+    }
+}
+
 fn summary(
     t: &Tally,
     s: &Stats,
@@ -444,10 +459,16 @@ fn summary(
         "gbit_per_s": round3(gbit), "frames_per_s": fps.round(), "rnr_naks": s.soft().rnr_naks_tx,
         "seq_naks": s.soft().seq_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
-        "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.soft().peer_restarts,
+        "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.peer_restarts(),
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
         "parks": s.parks, "naps": s.naps,
     });
+    if let BackendStats::Verbs(vs) = s.backend {
+        v["lost_frames_estimate"] = json!(vs.lost_frames_estimate);
+        v["stale_peers"] = json!(vs.stale_peers);
+        v["stale_peer"] = json!(vs.stale != 0);
+        v["peer_watched"] = json!(vs.watched != 0);
+    }
     for (key, l) in [
         ("ack_turnaround", s.ack_turnaround),
         ("delivery_latency", s.delivery_latency),

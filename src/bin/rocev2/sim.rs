@@ -161,6 +161,9 @@ pub struct VerbsFpgaArgs {
     /// What the send buffers hold: the emulator's pattern (verifiable by `recv --verify`), or none (sent as they are, like ib_send_bw, for benchmarks)
     #[arg(long, value_name = "WHAT", default_value = "pattern")]
     fill: Fill,
+    /// Play an FPGA reload after N frames: the QP is reset and re-programmed with the same host params (its PSN back to the first), then the remaining frames follow. A verbs host drops them as old duplicates and reports a peer restart; a soft host re-synchronises
+    #[arg(long, value_name = "N", value_parser = num::<u64>(1, u64::MAX))]
+    restart_after: Option<u64>,
 }
 
 #[cfg(feature = "verbs")]
@@ -181,18 +184,30 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     req.connect(a.host_qpn, a.host_gid, a.psn, args::mtu(a.shape.pmtu))
         .map_err(&e)?;
     let fill = a.fill == Fill::Pattern;
-    let st = req
-        .stream_with(
-            a.frames,
+    let first = a.restart_after.map_or(a.frames, |n| n.min(a.frames));
+    let stream = |req: &mut VerbsRequester, n: u64| {
+        req.stream_with(
+            n,
             a.shape.size as usize,
             &a.shape.channels.0,
             Duration::from_secs(600),
             fill,
         )
-        .map_err(&e)?;
+        .map_err(&e)
+    };
+    let mut st = stream(&mut req, first)?;
+    let mut restarts = 0;
+    if first < a.frames {
+        req.restart().map_err(&e)?;
+        restarts = 1;
+        let rest = stream(&mut req, a.frames - first)?;
+        st.frames += rest.frames;
+        st.bytes += rest.bytes;
+        st.seconds += rest.seconds;
+    }
     print_json(json!({
         "frames": st.frames, "gbit_per_s": round3(st.bytes as f64 * 8.0 / st.seconds / 1e9),
-        "frames_per_s": (st.frames as f64 / st.seconds).round(),
+        "frames_per_s": (st.frames as f64 / st.seconds).round(), "restarts": restarts,
     }))?;
     Ok(Exit::Ok)
 }
