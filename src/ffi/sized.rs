@@ -174,7 +174,7 @@ mod tests {
         let want = format!(
             "cfg->struct_size is 8; valid: {} or more: fill it with \
              rocev2_server_config_init(cfg, sizeof *cfg)",
-            std::mem::size_of::<rocev2_server_config>()
+            std::mem::offset_of!(rocev2_server_config, measure_latency)
         );
         assert_eq!(e.message(), want);
 
