@@ -2,7 +2,7 @@
 //! frame's sequence number (little-endian), the rest a xorshift32 stream seeded
 //! from it, so a receiver checks every byte of every frame and its order.
 //! The same generator is written out in C in tests/c and in Python.
-//! Also [`Rng`], the crate's one random source for fault draws.
+//! Also `Rng`, the crate's one random source for fault draws.
 
 fn seed(seq: u64) -> u32 {
     ((seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32) | 1
