@@ -602,6 +602,7 @@ impl Backend for VerbsBackend {
     }
 
     fn connect(&mut self, p: &ConnectParams, fpga_gid: Gid, sq_psn: u32) -> Result<()> {
+        self.watch.baseline();
         // SAFETY: self.qp is live (owned by this backend).
         unsafe {
             self.qp.device().qp_to_rts(

@@ -250,14 +250,25 @@ impl PeerWatch {
         Arc::clone(&self.counters)
     }
 
+    /// Before the QP can receive (ahead of INIT->RTR): opens the files and
+    /// takes the baseline reading. Taken any later, a requester that is
+    /// already retrying could land its one counted out-of-sequence request
+    /// (rxe counts only the first until an in-sequence one) between RTR and
+    /// the baseline, and its stale verdict would never come.
+    pub fn baseline(&mut self) {
+        self.files = Files::open(&self.dir);
+        if let Some(s) = self.files.as_ref().and_then(Files::read) {
+            self.verdicts.sample(Instant::now(), s, false);
+        }
+    }
+
     /// The link is up (`mtu` bytes per packet, the FPGA's first PSN
-    /// `rq_psn`): opens the files (saying once when they are missing) and
-    /// takes the first reading.
+    /// `rq_psn`): says once when the files are missing, else starts the
+    /// readings against the baseline ([`PeerWatch::baseline`]).
     pub fn connect(&mut self, mtu: u32, rq_psn: u32) {
         self.mtu = mtu;
         self.rq_psn = rq_psn;
-        self.files = Files::open(&self.dir);
-        let Some(files) = &self.files else {
+        if self.files.is_none() {
             log::warn!(
                 "peer watch: {} has no duplicate_request and out_of_seq_request (or \
                  out_of_sequence) counters: a restarted or stale FPGA is NOT watched on this \
@@ -265,8 +276,7 @@ impl PeerWatch {
                 self.dir.display()
             );
             return;
-        };
-        let first = files.read();
+        }
         let n = watchers(&self.port, 1);
         self.registered = true;
         self.counters.watched.store(1, Ordering::Release);
@@ -275,9 +285,6 @@ impl PeerWatch {
              comes; {n} server(s) of this process on this port",
             self.dir.display()
         );
-        if let Some(s) = first {
-            self.verdicts.sample(Instant::now(), s, false);
-        }
         self.next = Some(Instant::now() + SAMPLE_EVERY);
     }
 
@@ -515,8 +522,33 @@ mod tests {
     }
 
     #[test]
+    fn a_request_counted_between_rtr_and_the_first_poll_still_makes_a_stale_peer() {
+        // rxe counts one out-of-sequence request per episode: a requester
+        // retrying before the QP was up lands it as soon as the QP is RTR.
+        let dir = std::env::temp_dir().join(format!("rocev2-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let put = |name: &str, v: u64| std::fs::write(dir.join(name), format!("{v}\n")).unwrap();
+        put("duplicate_request", 7);
+        put("out_of_seq_request", 3);
+        let mut w = PeerWatch::new("test", 1);
+        w.dir = dir.clone();
+        w.baseline();
+        put("out_of_seq_request", 4); // INIT->RTR->RTS, then the request
+        w.connect(4096, 0);
+        let t0 = Instant::now();
+        w.check(t0 + SAMPLE_EVERY, false);
+        w.check(t0 + SAMPLE_EVERY + STALE_AFTER, false);
+        let c = w.counters();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(c.watched.load(Ordering::Acquire), 1);
+        assert_eq!(c.stale_peers.load(Ordering::Acquire), 1);
+        assert_eq!(c.peer_restarts.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
     fn missing_counter_files_leave_the_link_unwatched() {
         let mut w = PeerWatch::new("no-such-device", 1);
+        w.baseline();
         w.connect(4096, 0);
         assert_eq!(w.block_ms(), -1);
         assert_eq!(w.counters().watched.load(Ordering::Acquire), 0);
