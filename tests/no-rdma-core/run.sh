@@ -16,6 +16,9 @@
 #   5. the Python package streams over soft (examples/python/stream.py), and
 #      opening a verbs device from Python raises UNSUPPORTED saying what to install
 #   6. `rocev2 recv --device rxe0` fails with the message saying what to install
+#   7. the manylinux wheel (BUILD_DIR/wheelhouse, from tests/python/wheel.sh,
+#      when there): installed into a fresh venv, it imports its own library
+#      and streams over soft (wheel.sh --check-only)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -89,6 +92,14 @@ echo "$out"
 for want in "libibverbs.so.1" "apt-get install libibverbs1 ibverbs-providers" "conda install -c conda-forge rdma-core"; do
     grep -qF "$want" <<<"$out" || bad "recv's message lacks: $want"
 done
+
+wheels=("$BUILD"/wheelhouse/rocev2-*.whl)
+if [ -e "${wheels[0]}" ]; then
+    step "Python wheel $(basename "${wheels[0]}"): a fresh venv, import, version, stream over soft"
+    ROCEV2_CLI=$CLI tests/python/wheel.sh "$BUILD" --check-only || bad "the wheel in a fresh venv"
+else
+    step "Python wheel: none in $BUILD/wheelhouse (tests/python/wheel.sh $BUILD builds one), skipped"
+fi
 
 if [ $fail = 0 ]; then echo "no-rdma-core: all passed" >&2; fi
 exit $fail
