@@ -12,27 +12,94 @@ fn seed(seq: u64) -> u32 {
 pub fn fill(seq: u64, buf: &mut [u8]) {
     let head = buf.len().min(8);
     buf[..head].copy_from_slice(&seq.to_le_bytes()[..head]);
-    let mut s = seed(seq);
-    let mut words = buf[head..].chunks_exact_mut(4);
-    for w in &mut words {
-        s = next(s);
-        w.copy_from_slice(&s.to_le_bytes());
-    }
-    let tail = words.into_remainder();
-    if !tail.is_empty() {
-        s = next(s);
+    let mut words = Words::new(seed(seq));
+    let mut round = [0u32; ROUND];
+    for part in buf[head..].chunks_mut(4 * ROUND) {
+        words.next_round(&mut round);
+        let whole = part.len() / 4;
+        let mut quads = part.chunks_exact_mut(4);
+        for (d, w) in (&mut quads).zip(round) {
+            d.copy_from_slice(&w.to_le_bytes());
+        }
+        // A last partial word takes its word's first bytes.
+        let tail = quads.into_remainder();
         let n = tail.len();
-        tail.copy_from_slice(&s.to_le_bytes()[..n]);
+        tail.copy_from_slice(&round[whole.min(ROUND - 1)].to_le_bytes()[..n]);
     }
 }
 
 /// One xorshift32 step.
 #[inline(always)]
-fn next(mut s: u32) -> u32 {
+const fn next(mut s: u32) -> u32 {
     s ^= s << 13;
     s ^= s >> 17;
     s ^= s << 5;
     s
+}
+
+/// Independent runs the stream is cut into, and the words of each.
+const LANES: usize = 8;
+const RUN: usize = 64;
+/// Words made per round: the stream's next ROUND words.
+const ROUND: usize = LANES * RUN;
+
+/// [`RUN`] steps at once: column i is `next` applied RUN times to bit i
+/// alone (xorshift is linear over GF(2), so any state's jump is the XOR of
+/// the columns of its set bits).
+const JUMP: [u32; 32] = {
+    let mut cols = [0u32; 32];
+    let mut i = 0;
+    while i < 32 {
+        let mut x = 1u32 << i;
+        let mut k = 0;
+        while k < RUN {
+            x = next(x);
+            k += 1;
+        }
+        cols[i] = x;
+        i += 1;
+    }
+    cols
+};
+
+/// The state RUN steps after `x`.
+fn jump(x: u32) -> u32 {
+    let mut acc = 0;
+    for (i, c) in JUMP.iter().enumerate() {
+        acc ^= c & 0u32.wrapping_sub((x >> i) & 1);
+    }
+    acc
+}
+
+/// The pattern's xorshift32 stream, [`ROUND`] words per round. One step
+/// after another, each word waits for the last (about 6 cycles a word, the
+/// whole cost of `fpga-sim`'s fill and `recv --verify`'s check); here each
+/// round is cut into [`LANES`] runs of [`RUN`] words whose starts are
+/// reached by [`jump`], and the runs are stepped side by side (independent:
+/// the compiler keeps them in vector registers). The same words, several
+/// times faster.
+struct Words(u32);
+
+impl Words {
+    /// The stream after `seed` (its first word is `next(seed)`).
+    fn new(seed: u32) -> Words {
+        Words(seed)
+    }
+
+    /// The next ROUND words, in order.
+    fn next_round(&mut self, out: &mut [u32; ROUND]) {
+        let mut lanes = [0u32; LANES];
+        for l in &mut lanes {
+            *l = self.0;
+            self.0 = jump(self.0);
+        }
+        for k in 0..RUN {
+            for (j, l) in lanes.iter_mut().enumerate() {
+                *l = next(*l);
+                out[j * RUN + k] = *l;
+            }
+        }
+    }
 }
 
 /// xorshift64 (13, 7, 17), the crate's one random source for fault draws
@@ -78,28 +145,27 @@ pub fn check(data: &[u8]) -> Result<u64, String> {
         ));
     }
     let seq = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
-    let mut s = seed(seq);
     let differs = |i: usize| {
         Err(format!(
             "frame {seq}: payload differs at byte {}",
             8 + 4 * i
         ))
     };
-    // Word compares: a slice compare per 4 bytes cost a memcmp call each.
-    let mut words = data[8..].chunks_exact(4);
-    let mut i = 0;
-    for w in &mut words {
-        s = next(s);
-        if u32::from_le_bytes([w[0], w[1], w[2], w[3]]) != s {
-            return differs(i);
+    let mut words = Words::new(seed(seq));
+    let mut round = [0u32; ROUND];
+    for (r, part) in data[8..].chunks(4 * ROUND).enumerate() {
+        words.next_round(&mut round);
+        // Word compares: a slice compare per 4 bytes cost a memcmp call each.
+        let mut quads = part.chunks_exact(4);
+        for (k, (d, w)) in (&mut quads).zip(round).enumerate() {
+            if u32::from_le_bytes([d[0], d[1], d[2], d[3]]) != w {
+                return differs(r * ROUND + k);
+            }
         }
-        i += 1;
-    }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        s = next(s);
-        if tail != &s.to_le_bytes()[..tail.len()] {
-            return differs(i);
+        let tail = quads.remainder();
+        let whole = part.len() / 4;
+        if tail != &round[whole.min(ROUND - 1)].to_le_bytes()[..tail.len()] {
+            return differs(r * ROUND + whole);
         }
     }
     Ok(seq)
@@ -107,6 +173,33 @@ pub fn check(data: &[u8]) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
+    /// The pattern as specified (and as the C and Python checkers make it):
+    /// one xorshift32 step per 4 bytes.
+    fn one_word_at_a_time(seq: u64, len: usize) -> Vec<u8> {
+        let mut v = seq.to_le_bytes()[..len.min(8)].to_vec();
+        let mut s = super::seed(seq);
+        while v.len() < len {
+            s = super::next(s);
+            let n = (len - v.len()).min(4);
+            v.extend_from_slice(&s.to_le_bytes()[..n]);
+        }
+        v
+    }
+
+    #[test]
+    fn the_runs_make_the_specified_stream() {
+        for seq in [0, 1, 77, u64::MAX] {
+            let lens = (0..=300).chain([2055, 2056, 2057, 4095, 4096, 4097, 9000, 65536]);
+            for len in lens {
+                let f = super::make(seq, len);
+                assert_eq!(f, one_word_at_a_time(seq, len), "seq {seq} len {len}");
+                if len >= 8 {
+                    assert_eq!(super::check(&f), Ok(seq), "seq {seq} len {len}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn round_trip_and_corruption() {
         for len in [8, 9, 12, 100, 4096] {
@@ -119,6 +212,16 @@ mod tests {
             }
         }
         assert_ne!(super::make(1, 64), super::make(2, 64));
+        // The error names the first differing byte's word, in any round.
+        for at in [8 + 4 * 37 + 2, 8 + 4 * (super::ROUND + 3)] {
+            let mut f = super::make(5, 9000);
+            f[at] ^= 1;
+            let word_start = at - (at - 8) % 4;
+            assert_eq!(
+                super::check(&f).unwrap_err(),
+                format!("frame 5: payload differs at byte {word_start}")
+            );
+        }
         assert!(super::check(&[0; 4]).is_err());
     }
 }
