@@ -299,15 +299,7 @@ impl Link {
             queue: s.depth as usize * 2,
             timeout: Duration::from_secs(600),
         };
-        // A recycled buffer already holds the template (every frame of this
-        // stream carries it): only a new one is filled.
-        let fill = |_, buf: &mut Vec<u8>| {
-            if buf.len() != template.len() {
-                buf.clear();
-                buf.extend_from_slice(&template);
-            }
-        };
-        self.emu.stream_into(&plan, fill, |_| {})?;
+        self.emu.stream_template(&plan, &template, |_| {})?;
         while self.count.load(Ordering::Relaxed) < s.frames
             && t0.elapsed() < Duration::from_secs(600)
         {

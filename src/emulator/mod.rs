@@ -37,7 +37,7 @@ use crate::wire::MASK_24;
 use crate::wire::{self, Bth, Opcode, Packet};
 use pattern::Rng;
 use requester::{Requester, RequesterConfig, RequesterStats};
-use tx::Tx;
+use tx::{Template, Tx};
 
 /// Seeded fault injection, applied to packets sent and ACKs received.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -266,6 +266,8 @@ pub struct FpgaEmulator {
     spare: Vec<Vec<u8>>,
     /// The ICRC's pseudo-header state (one sender, one host: kept).
     icrc: IcrcCache,
+    /// The payload of every message while [`FpgaEmulator::stream_template`] runs.
+    template: Option<Template>,
     stats: EmulatorStats,
 }
 
@@ -295,6 +297,7 @@ impl FpgaEmulator {
             gso: cfg.gso,
             spare: Vec::new(),
             icrc: IcrcCache::default(),
+            template: None,
             stats: EmulatorStats::default(),
         })
     }
@@ -320,6 +323,9 @@ impl FpgaEmulator {
     pub fn restart(&mut self) {
         self.before_restart = self.before_restart + self.req.stats();
         self.req = Self::requester(&self.cfg);
+        if let Some(t) = &mut self.template {
+            t.restart(self.req.next_msg());
+        }
         self.ring = 0;
         self.tx_held = None;
         self.rx_held = None;
@@ -456,7 +462,8 @@ impl FpgaEmulator {
         for &(first, count) in &self.runs {
             for k in 0..count {
                 ctx.ip_id = k as u16;
-                self.out[first + k].seal(&mut self.icrc, &ctx, &self.req);
+                let template = self.template.as_mut();
+                self.out[first + k].seal(&mut self.icrc, &ctx, &self.req, template);
             }
         }
         let pieces: Vec<[&[u8]; 3]> = self.out.iter().map(|t| t.pieces(&self.req)).collect();
@@ -631,6 +638,40 @@ impl FpgaEmulator {
             timeout,
         };
         self.stream_into(&plan, fill, progress)
+    }
+
+    /// Streams as `plan` says (see [`FpgaEmulator::stream`]) with `template`
+    /// as every frame's payload: the bench's sender. A packet of it is
+    /// sealed from the template's ICRC share, worked out once per span
+    /// ([`KnownPayload`](crate::wire::icrc::KnownPayload)), so the sender
+    /// costs about what an FPGA's does (its ICRC is free, in hardware) and
+    /// the rows measure the host. The ICRCs are the real ones.
+    pub fn stream_template(
+        &mut self,
+        plan: &StreamPlan<'_>,
+        template: &[u8],
+        progress: impl FnMut(u64),
+    ) -> Result<()> {
+        if !self.req.is_idle() {
+            return Err(Error::invalid(format!(
+                "stream_template: {} messages of an earlier stream are still unacknowledged; \
+                 wait for them first (run_until_idle)",
+                self.req.outstanding()
+            )));
+        }
+        // Every buffer from here on is filled below: a recycled one holds
+        // the template already (no copy, no compare per frame).
+        while self.req.take_spent().is_some() {}
+        self.template = Some(Template::new(template, self.req.next_msg()));
+        let fill = |_, buf: &mut Vec<u8>| {
+            if buf.len() != template.len() {
+                buf.clear();
+                buf.extend_from_slice(template);
+            }
+        };
+        let streamed = self.stream_into(plan, fill, progress);
+        self.template = None;
+        streamed
     }
 
     /// Streams as `plan` says (see [`FpgaEmulator::stream`]), filling

@@ -126,6 +126,14 @@ pub struct Span {
 }
 
 impl Span {
+    /// The message's absolute index (see [`Requester::next_msg`]).
+    pub(super) fn msg(&self) -> u64 {
+        self.msg
+    }
+    /// Where in its message the payload starts.
+    pub(super) fn offset(&self) -> usize {
+        self.offset as usize
+    }
     /// Payload bytes.
     pub fn len(&self) -> usize {
         self.len as usize
@@ -213,6 +221,12 @@ impl Requester {
         self.msgs.push_back(Msg { data, imm });
         self.peak_msgs = self.peak_msgs.max(self.msgs.len());
         self.stats.submitted += 1;
+    }
+
+    /// The absolute index the next submitted message gets (0 for a new
+    /// requester).
+    pub fn next_msg(&self) -> u64 {
+        self.first_msg + self.msgs.len() as u64
     }
 
     /// Messages submitted and not yet acknowledged.

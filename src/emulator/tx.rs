@@ -7,7 +7,7 @@
 //! it, and its message with it.
 
 use super::requester::{Requester, Span};
-use crate::wire::icrc::{IcrcCache, Ipv4Udp};
+use crate::wire::icrc::{IcrcCache, Ipv4Udp, KnownPayload};
 use crate::wire::{self, Bth, Packet, BTH_LEN, ICRC_LEN};
 
 /// BTH and ImmDt: the longest header a SEND carries.
@@ -71,10 +71,9 @@ impl Tx {
         }
     }
 
-    /// Its pieces, in order (the payload read from `req`: its message is
-    /// unacknowledged while the packet waits to be sent, in the same
-    /// transmit round).
-    pub(super) fn pieces<'a>(&'a self, req: &'a Requester) -> [&'a [u8]; 3] {
+    /// Its bytes as they lie: a plain packet's headers, where its payload
+    /// lies and its tail, or the whole packet.
+    fn layout(&self) -> Layout<'_> {
         match self {
             Tx::Parts {
                 head,
@@ -82,24 +81,48 @@ impl Tx {
                 span,
                 tail,
                 tail_len,
-            } => [
+            } => Layout::Parts(
                 &head[..*head_len as usize],
-                req.payload(*span).unwrap_or_else(|| {
-                    debug_assert!(false, "a queued packet's message was acknowledged");
-                    &[]
-                }),
+                *span,
                 &tail[..*tail_len as usize],
-            ],
-            Tx::Whole(b, _) => [b, &[], &[]],
+            ),
+            Tx::Whole(b, _) => Layout::Whole(b),
         }
     }
 
-    /// Fills its ICRC for `ctx` (then flips a bit of a packet to corrupt).
-    pub(super) fn seal(&mut self, icrc: &mut IcrcCache, ctx: &Ipv4Udp, req: &Requester) {
-        let c = {
-            let p = self.pieces(req);
-            icrc.compute_parts(ctx, &p)
+    /// Its pieces, in order (the payload read from `req`: its message is
+    /// unacknowledged while the packet waits to be sent, in the same
+    /// transmit round).
+    pub(super) fn pieces<'a>(&'a self, req: &'a Requester) -> [&'a [u8]; 3] {
+        match self.layout() {
+            Layout::Parts(head, span, tail) => [
+                head,
+                req.payload(span).unwrap_or_else(|| {
+                    debug_assert!(false, "a queued packet's message was acknowledged");
+                    &[]
+                }),
+                tail,
+            ],
+            Layout::Whole(b) => [b, &[], &[]],
+        }
+    }
+
+    /// Fills its ICRC for `ctx` (then flips a bit of a packet to corrupt):
+    /// from the template's known share when its payload is the template's.
+    pub(super) fn seal(
+        &mut self,
+        icrc: &mut IcrcCache,
+        ctx: &Ipv4Udp,
+        req: &Requester,
+        template: Option<&mut Template>,
+    ) {
+        let known = match (self.layout(), template) {
+            (Layout::Parts(head, span, tail), Some(t)) => t
+                .known(span)
+                .map(|k| icrc.compute_known(ctx, head, k, tail)),
+            _ => None,
         };
+        let c = known.unwrap_or_else(|| icrc.compute_parts(ctx, &self.pieces(req)));
         match self {
             Tx::Parts { tail, tail_len, .. } => {
                 let n = *tail_len as usize;
@@ -129,17 +152,71 @@ impl Tx {
     }
 }
 
+/// A packet's bytes as they lie ([`Tx::layout`]).
+enum Layout<'a> {
+    /// Headers, where the payload lies, pad and ICRC.
+    Parts(&'a [u8], Span, &'a [u8]),
+    /// The whole packet.
+    Whole(&'a [u8]),
+}
+
+/// The one payload every message of a stream carries from message `from`
+/// on ([`super::FpgaEmulator::stream_template`]), with its ICRC share per
+/// span a packet takes of it (one per packet of a frame: worked out at its
+/// first use).
+pub(super) struct Template {
+    bytes: Vec<u8>,
+    from: u64,
+    spans: Vec<(usize, KnownPayload)>,
+}
+
+impl Template {
+    /// `bytes`, carried by every message from the absolute index `from` on.
+    pub(super) fn new(bytes: &[u8], from: u64) -> Template {
+        Template {
+            bytes: bytes.to_vec(),
+            from,
+            spans: Vec::new(),
+        }
+    }
+
+    /// A new requester (a restart): its messages from `from` on carry it.
+    pub(super) fn restart(&mut self, from: u64) {
+        self.from = from;
+    }
+
+    /// The known share of the payload at `span`, when its message is one of
+    /// the template's.
+    fn known(&mut self, span: Span) -> Option<&KnownPayload> {
+        if span.msg() < self.from {
+            return None;
+        }
+        let (at, len) = (span.offset(), span.len());
+        let i = match self
+            .spans
+            .iter()
+            .position(|(o, k)| *o == at && k.len() == len)
+        {
+            Some(i) => i,
+            None => {
+                let bytes = self.bytes.get(at..at + len)?;
+                self.spans.push((at, KnownPayload::new(bytes)));
+                self.spans.len() - 1
+            }
+        };
+        Some(&self.spans[i].1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::emulator::requester::RequesterConfig;
     use crate::wire::Opcode;
 
-    /// Gathered pieces are the packet built whole, ICRC included, for every
-    /// opcode and pad the emulator sends.
-    #[test]
-    fn pieces_are_the_whole_packet() {
-        let mut req = Requester::new(RequesterConfig {
+    /// A requester at pmtu 256 (frames of a few packets).
+    fn requester() -> Requester {
+        Requester::new(RequesterConfig {
             dest_qpn: 0x12,
             start_psn: 7,
             pmtu: 256,
@@ -147,18 +224,30 @@ mod tests {
             timeout_ns: 1_000_000,
             retry_cnt: 2,
             rnr_retry: 7,
-        });
-        for len in [1usize, 3, 4, 255, 256, 257, 513, 770] {
-            req.submit((0..len).map(|i| (i * 7 + len) as u8).collect(), len as u32);
-        }
-        let ctx = Ipv4Udp {
+        })
+    }
+
+    /// The emulator's sending context, with IP ID `ip_id`.
+    fn context(ip_id: u16) -> Ipv4Udp {
+        Ipv4Udp {
             src: [10, 0, 0, 2].into(),
             dst: [10, 0, 0, 1].into(),
-            ip_id: 3,
+            ip_id,
             dont_fragment: true,
             src_port: 50000,
             dst_port: 4791,
-        };
+        }
+    }
+
+    /// Gathered pieces are the packet built whole, ICRC included, for every
+    /// opcode and pad the emulator sends.
+    #[test]
+    fn pieces_are_the_whole_packet() {
+        let mut req = requester();
+        for len in [1usize, 3, 4, 255, 256, 257, 513, 770] {
+            req.submit((0..len).map(|i| (i * 7 + len) as u8).collect(), len as u32);
+        }
+        let ctx = context(3);
         let (mut a, mut b) = (IcrcCache::default(), IcrcCache::default());
         let mut built = Vec::new();
         let mut opcodes = std::collections::HashSet::new();
@@ -170,8 +259,8 @@ mod tests {
             built.push((whole, parts));
         }
         for (whole, parts) in &mut built {
-            whole.seal(&mut a, &ctx, &req);
-            parts.seal(&mut b, &ctx, &req);
+            whole.seal(&mut a, &ctx, &req, None);
+            parts.seal(&mut b, &ctx, &req, None);
             assert_eq!(parts.len(), whole.len());
             let gathered: Vec<u8> = parts.pieces(&req).concat();
             assert_eq!(gathered, whole.pieces(&req)[0]);
@@ -186,5 +275,39 @@ mod tests {
         ] {
             assert!(opcodes.contains(&op), "{op:?} covered");
         }
+    }
+
+    /// With a template, the template's messages (from its first index on,
+    /// every packet of a frame) are sealed from its known share, earlier
+    /// messages from their own bytes: each the ICRC of the packet as sent.
+    #[test]
+    fn a_template_seals_its_messages_and_only_those() {
+        let mut req = requester();
+        let template: Vec<u8> = (0..601).map(|i| (i * 13 + 5) as u8).collect();
+        let other: Vec<u8> = (0..601).map(|i| (i * 3 + 1) as u8).collect();
+        req.submit(other.clone(), 0);
+        req.submit(other, 1);
+        let mut t = Template::new(&template, req.next_msg());
+        for k in 2..5 {
+            req.submit(template.clone(), k);
+        }
+        let ctx = context(0);
+        let mut icrc = IcrcCache::default();
+        let mut built = Vec::new();
+        while let Some(p) = req.poll_transmit(0) {
+            let bth = Bth::new(p.opcode, 0x12, p.psn);
+            built.push((p.psn, Tx::parts(&bth, p.imm, p.span, p.payload.len())));
+        }
+        assert_eq!(
+            built.len(),
+            5 * 3,
+            "3 packets per 601-byte frame at pmtu 256"
+        );
+        for (psn, parts) in &mut built {
+            parts.seal(&mut icrc, &ctx, &req, Some(&mut t));
+            let sent: Vec<u8> = parts.pieces(&req).concat();
+            assert!(ctx.verify(&sent), "PSN {psn}");
+        }
+        assert_eq!(t.spans.len(), 3, "one known share per span of a frame");
     }
 }
