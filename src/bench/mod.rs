@@ -299,7 +299,23 @@ impl Link {
             queue: s.depth as usize * 2,
             timeout: Duration::from_secs(600),
         };
-        self.emu.stream_template(&plan, &template, |_| {})?;
+        if s.busy_wait {
+            // surf's engine computes its ICRC in hardware, at no cost: the
+            // sender seals from the frame's known share, so these rows
+            // measure the host, not the rig.
+            self.emu.stream_template(&plan, &template, |_| {})?;
+        } else {
+            // The GSO rows keep the sender their goals were set with: each
+            // ICRC read from the bytes (a recycled buffer holds the template
+            // already: only a new one is filled).
+            let fill = |_, buf: &mut Vec<u8>| {
+                if buf.len() != template.len() {
+                    buf.clear();
+                    buf.extend_from_slice(&template);
+                }
+            };
+            self.emu.stream_into(&plan, fill, |_| {})?;
+        }
         while self.count.load(Ordering::Relaxed) < s.frames
             && t0.elapsed() < Duration::from_secs(600)
         {
