@@ -316,6 +316,15 @@ fn queue_frames(emu: &mut FpgaEmulator, first: u64, n: u64) {
         .expect("the server ACKs every frame");
 }
 
+/// Waits (bounded) until `srv` has lent `n` frames: the server ACKs a
+/// frame before it hands it on, so the emulator may see the ACK first.
+fn wait_for_loans(srv: *mut rocev2_server, n: u64) {
+    let t0 = std::time::Instant::now();
+    while stats(srv).loans_outstanding < n && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A soft server, connected.
 fn connected(depth: u32) -> Soft {
     let s = soft(depth);
@@ -408,6 +417,7 @@ fn no_token_can_take_a_frame_queued_for_poll() {
     // poll queue: its loan is a frame's, which no token may end, even one
     // with this server's tag and that slot and generation.
     queue_frames(&mut emu, 1, 1);
+    wait_for_loans(s.srv, 1);
     let tag = first.token & !0xff_ffff_ffff;
     for forged in [tag | (1 << 16) | 1, tag | (2 << 16) | 1, first.token] {
         assert_eq!(release(s.srv, forged), ROCEV2_ERR_UNKNOWN_TOKEN);
