@@ -256,10 +256,7 @@ fn a_panicking_rust_callback_is_counted_and_the_thread_survives() {
         .unwrap();
     emu.stream(100, 64, &[0], 16, Duration::from_secs(30), |_| {})
         .unwrap();
-    let t0 = std::time::Instant::now();
-    while ok.load(Ordering::SeqCst) < 90 && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until(|| ok.load(Ordering::SeqCst) >= 90);
     assert_eq!(ok.load(Ordering::SeqCst), 90);
     let st = server.stats();
     assert_eq!(st.callback_panics, 10);
@@ -316,11 +313,11 @@ fn queue_frames(emu: &mut FpgaEmulator, first: u64, n: u64) {
         .expect("the server ACKs every frame");
 }
 
-/// Waits (bounded) until `srv` has lent `n` frames: the server ACKs a
-/// frame before it hands it on, so the emulator may see the ACK first.
-fn wait_for_loans(srv: *mut rocev2_server, n: u64) {
+/// Waits until `done()` holds, for at most 10 s (the assertion after it
+/// says what was expected).
+fn wait_until(mut done: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
-    while stats(srv).loans_outstanding < n && t0.elapsed() < Duration::from_secs(10) {
+    while !done() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -417,7 +414,9 @@ fn no_token_can_take_a_frame_queued_for_poll() {
     // poll queue: its loan is a frame's, which no token may end, even one
     // with this server's tag and that slot and generation.
     queue_frames(&mut emu, 1, 1);
-    wait_for_loans(s.srv, 1);
+    // The server ACKs a frame before it hands it on: the emulator may see
+    // the ACK before the frame is queued.
+    wait_until(|| stats(s.srv).loans_outstanding >= 1);
     let tag = first.token & !0xff_ffff_ffff;
     for forged in [tag | (1 << 16) | 1, tag | (2 << 16) | 1, first.token] {
         assert_eq!(release(s.srv, forged), ROCEV2_ERR_UNKNOWN_TOKEN);

@@ -306,14 +306,8 @@ impl Link {
             self.emu.stream_template(&plan, &template, |_| {})?;
         } else {
             // The GSO rows keep the sender their goals were set with: each
-            // ICRC read from the bytes (a recycled buffer holds the template
-            // already: only a new one is filled).
-            let fill = |_, buf: &mut Vec<u8>| {
-                if buf.len() != template.len() {
-                    buf.clear();
-                    buf.extend_from_slice(&template);
-                }
-            };
+            // ICRC read from the bytes.
+            let fill = crate::emulator::copies_of(&template);
             self.emu.stream_into(&plan, fill, |_| {})?;
         }
         while self.count.load(Ordering::Relaxed) < s.frames

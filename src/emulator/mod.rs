@@ -271,6 +271,19 @@ pub struct FpgaEmulator {
     stats: EmulatorStats,
 }
 
+/// A fill for [`FpgaEmulator::stream_into`] that makes every frame a copy
+/// of `template`: a new buffer is filled, a recycled one of its length is
+/// taken to hold it already (no copy per frame: the caller's stream must
+/// not recycle buffers of other contents).
+pub fn copies_of(template: &[u8]) -> impl FnMut(u64, &mut Vec<u8>) + '_ {
+    move |_, buf: &mut Vec<u8>| {
+        if buf.len() != template.len() {
+            buf.clear();
+            buf.extend_from_slice(template);
+        }
+    }
+}
+
 impl FpgaEmulator {
     /// Binds the socket; the requester starts at `cfg.start_psn`.
     pub fn new(cfg: EmulatorConfig) -> Result<FpgaEmulator> {
@@ -641,7 +654,7 @@ impl FpgaEmulator {
     }
 
     /// Streams as `plan` says (see [`FpgaEmulator::stream`]) with `template`
-    /// as every frame's payload: the bench's sender. A packet of it is
+    /// as every frame's payload: the bench's sender at surf's window. A packet of it is
     /// sealed from the template's ICRC share, worked out once per span
     /// ([`KnownPayload`](crate::wire::icrc::KnownPayload)), so the sender
     /// costs about what an FPGA's does (its ICRC is free, in hardware) and
@@ -663,13 +676,7 @@ impl FpgaEmulator {
         // the template already (no copy, no compare per frame).
         while self.req.take_spent().is_some() {}
         self.template = Some(Template::new(template, self.req.next_msg()));
-        let fill = |_, buf: &mut Vec<u8>| {
-            if buf.len() != template.len() {
-                buf.clear();
-                buf.extend_from_slice(template);
-            }
-        };
-        let streamed = self.stream_into(plan, fill, progress);
+        let streamed = self.stream_into(plan, copies_of(template), progress);
         self.template = None;
         streamed
     }

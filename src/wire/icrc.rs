@@ -277,7 +277,7 @@ impl IcrcCache {
         tail: &[u8],
     ) -> Option<u32> {
         let total = head.len() + payload.len + tail.len();
-        if head.len() < BTH_LEN || tail.len() < ICRC_LEN || total < BTH_LEN + ICRC_LEN {
+        if head.len() < BTH_LEN || tail.len() < ICRC_LEN {
             return None;
         }
         let mut h =
