@@ -28,6 +28,17 @@
 #include <stddef.h>
 
 /**
+ * Largest `ServerConfig::counter_wrap`: the FPGA's frame counter is
+ * immediate bits \[31:8\], 24 bits.
+ */
+#define COUNTER_WRAP_LIMIT (1 << 24)
+
+/**
+ * The FPGA's default counter wrap (`AddrWrapCount`): the whole 24 bits.
+ */
+#define DEFAULT_COUNTER_WRAP (1 << 24)
+
+/**
  * ABI version of this header; `rocev2_abi_version()` returns the library's.
  */
 #define ROCEV2_ABI_VERSION 2
@@ -283,6 +294,15 @@ typedef struct {
    * 1 (ROCEV2_ERR_UNSUPPORTED: its NIC ACKs). Since 2.3.
    */
   uint32_t measure_latency;
+  /**
+   * Check the FPGA's frame counter (immediate bits [31:8], surf's
+   * addrCount: +1 per frame, wrapping to 0 at its AddrWrapCount) on
+   * every delivered frame, modulo this (1..2^24); gaps and resets are
+   * counted in rocev2_stats (counter_gaps, counter_gap_frames,
+   * counter_resets) and logged once each. Default 0: not checked (for
+   * FPGAs that put other things there). Since 2.4.
+   */
+  uint32_t counter_wrap;
 } rocev2_server_config;
 
 /**
@@ -679,6 +699,22 @@ typedef struct {
    * delivery: the largest sample, ns. Since 2.3.
    */
   uint64_t delivery_max_ns;
+  /**
+   * Gaps in the FPGA's frame counter (with counter_wrap set): delivered
+   * frames whose counter skipped numbers, each logged once with the
+   * positions. Since 2.4.
+   */
+  uint64_t counter_gaps;
+  /**
+   * Frames the FPGA numbered that never arrived: the numbers the gaps
+   * skipped, in all. Since 2.4.
+   */
+  uint64_t counter_gap_frames;
+  /**
+   * Resets of the FPGA's frame counter: back to 0 before the wrap (a
+   * re-armed or restarted FPGA), each logged once. Since 2.4.
+   */
+  uint64_t counter_resets;
 } rocev2_stats;
 
 
@@ -922,7 +958,8 @@ rocev2_status rocev2_set_log_callback(rocev2_log_callback cb, void *user_data, i
 /**
  * Fills `cfg` (`size` = the caller's `sizeof(rocev2_server_config)`) with
  * defaults: max_payload 9000, rx_queue_depth 256, spin_us 50,
- * stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0, measure_latency 0. Writes exactly
+ * stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0, measure_latency 0,
+ * counter_wrap 0. Writes exactly
  * `size` bytes (zero beyond the fields this library knows) and sets
  * `struct_size` to `size`.
  *

@@ -17,6 +17,9 @@ pub const DEFAULT_MIN_RNR_TIMER: u32 = 1;
 /// Largest receive queue depth accepted (hardware limits may be lower; the
 /// verbs backend also checks the device's `max_qp_wr`).
 pub const MAX_RX_QUEUE_DEPTH: u32 = 65536;
+/// Largest `ServerConfig::counter_wrap`: the FPGA's frame counter is
+/// immediate bits \[31:8\], 24 bits.
+pub const COUNTER_WRAP_LIMIT: u32 = 1 << 24;
 /// Largest receive slot accepted (1 GiB).
 pub const MAX_PAYLOAD_LIMIT: u32 = 1 << 30;
 /// The UDP port of RoCEv2.
@@ -344,6 +347,13 @@ pub struct ServerConfig {
     /// frame; off, neither happens. The verbs backend refuses it (its NIC
     /// ACKs in hardware).
     pub measure_latency: bool,
+    /// Check the FPGA's frame counter (immediate bits \[31:8\], surf's
+    /// `addrCount`: +1 per SEND, wrapping to 0 at its `AddrWrapCount`
+    /// register) on every delivered frame, modulo this (1..=2^24); 0 (the
+    /// default) leaves it unchecked, for FPGAs that put other things there.
+    /// Gaps (frames numbered and never sent) and resets (back to 0) are
+    /// counted in [`Stats`](crate::Stats) and logged once each.
+    pub counter_wrap: u32,
 }
 
 impl Default for ServerConfig {
@@ -355,6 +365,7 @@ impl Default for ServerConfig {
             stop_timeout_ms: 5000,
             cpu_affinity: None,
             measure_latency: false,
+            counter_wrap: 0,
         }
     }
 }
@@ -376,6 +387,13 @@ impl ServerConfig {
             return Err(Error::invalid(format!(
                 "rxQueueDepth must be in the range 1..{MAX_RX_QUEUE_DEPTH}; got {}",
                 self.rx_queue_depth
+            )));
+        }
+        if self.counter_wrap > COUNTER_WRAP_LIMIT {
+            return Err(Error::invalid(format!(
+                "counterWrap must be 0 (the check off) or in the range 1..{COUNTER_WRAP_LIMIT} \
+                 (the FPGA's AddrWrapCount: its counter is 24 bits); got {}",
+                self.counter_wrap
             )));
         }
         let slab = self.slab_bytes();

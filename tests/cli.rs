@@ -823,3 +823,62 @@ fn the_documented_exit_codes_are_the_help_exit_codes() {
         );
     }
 }
+
+/// issue 36: `recv --counter-wrap` finds every frame number `fpga-sim
+/// --faults skip` skipped (as gaps, with how many), and every restart of
+/// the emulator's counter (as a reset); the frames themselves all arrive.
+#[test]
+fn recv_counter_wrap_reports_the_gaps_and_resets_the_emulator_made() {
+    let (child, out, params) = recv(&[
+        "--frames",
+        "8000",
+        "--verify",
+        "--counter-wrap",
+        "4096",
+        "--idle-timeout",
+        "30",
+    ]);
+    let o = fpga_sim(
+        &params,
+        8000,
+        256,
+        "0,1",
+        &[
+            "--counter-wrap",
+            "4096",
+            "--faults",
+            "skip=0.002",
+            "--restart-after",
+            "5000",
+        ],
+    );
+    let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let skipped = sim["skipped_numbers"].as_u64().unwrap();
+    assert!(skipped > 0, "{sim}");
+    assert!(
+        text(&o.stderr).contains(&format!("skipped {skipped} frame number(s)")),
+        "{}",
+        text(&o.stderr)
+    );
+    let (sum, code, err) = finish(child, out);
+    assert_eq!((code, &sum["verify_errors"]), (0, &json!(0)), "{sum} {err}");
+    assert_eq!(
+        (
+            &sum["counter_gaps"],
+            &sum["counter_gap_frames"],
+            &sum["counter_resets"]
+        ),
+        (&json!(skipped), &json!(skipped), &sim["restarts"]),
+        "{sum} {sim}"
+    );
+    assert_eq!(sim["restarts"], 1, "{sim}");
+    assert_eq!(
+        err.matches("FPGA frame counter gap: frame ").count() as u64,
+        skipped,
+        "{err}"
+    );
+    assert!(
+        err.contains("FPGA frame counter reset: frame 5001 carries counter 0"),
+        "{err}"
+    );
+}

@@ -24,7 +24,8 @@ class _ServerConfig(ctypes.Structure):
                 ("rx_queue_depth", ctypes.c_uint32), ("spin_us", ctypes.c_uint32),
                 ("stop_timeout_ms", ctypes.c_uint32), ("cpu_affinity", ctypes.c_int32),
                 ("mr_remote_write", ctypes.c_uint32),
-                ("measure_latency", ctypes.c_uint32)]  # since 2.3
+                ("measure_latency", ctypes.c_uint32),  # since 2.3
+                ("counter_wrap", ctypes.c_uint32)]  # since 2.4
 
 
 class _HostParams(ctypes.Structure):
@@ -84,6 +85,9 @@ _STAT_FIELDS_2_3_PEER = ["lost_frames_estimate", "stale_peers", "peer_stale", "p
 # Since 2.3: the latency histograms (ServerCfg.measureLatency), nanoseconds.
 _STAT_FIELDS_2_3 = [f"{h}_{q}" for h in ("ack_turnaround", "delivery")
                     for q in ("count", "p50_ns", "p99_ns", "p999_ns", "max_ns")]
+# Since 2.4: the FPGA's frame counter check (ServerCfg.counterWrap) and link
+# verdicts (docs/operations.md).
+_STAT_FIELDS_2_4 = ["counter_gaps", "counter_gap_frames", "counter_resets"]
 
 
 class _Stats(ctypes.Structure):
@@ -91,7 +95,8 @@ class _Stats(ctypes.Structure):
                 + [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
                 + [("link_state", ctypes.c_uint32), ("reserved2", ctypes.c_uint32)]
                 + [(n, ctypes.c_uint64) for n in _STAT_FIELDS_2_1 + _STAT_FIELDS_2_2
-                                                   + _STAT_FIELDS_2_3_PEER + _STAT_FIELDS_2_3])
+                                                   + _STAT_FIELDS_2_3_PEER + _STAT_FIELDS_2_3
+                                                   + _STAT_FIELDS_2_4])
 
 
 _FRAME_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_Frame))

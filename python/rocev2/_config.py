@@ -35,7 +35,11 @@ class ServerCfg:
     ``measureLatency`` fills the ACK turnaround and delivery latency
     histograms of ``Server.stats()`` (``ack_turnaround_*``, ``delivery_*``,
     nanoseconds; soft backend). ``busyPollUs`` busy-polls the NIC's queue on
-    an empty socket (SO_BUSY_POLL; soft backend; docs/tuning.md)."""
+    an empty socket (SO_BUSY_POLL; soft backend; docs/tuning.md).
+    ``counterWrap`` checks the FPGA's frame counter (immediate bits [31:8],
+    +1 per frame, wrapping to 0 at its AddrWrapCount) on every frame: gaps
+    and resets land in ``Server.stats()`` (``counter_gaps``,
+    ``counter_gap_frames``, ``counter_resets``); 0 (default) does not check."""
     ip: str
     deviceName: str
     ibPort: int = 1
@@ -52,6 +56,7 @@ class ServerCfg:
     icrcCheck: str = "auto"
     measureLatency: bool = False
     busyPollUs: int = 0
+    counterWrap: int = 0
 
     def __post_init__(self) -> None:
         if self.icrcCheck not in _ICRC_CHECK:
@@ -92,6 +97,11 @@ class ServerCfg:
         sc.cpu_affinity = self.cpuAffinity
         sc.mr_remote_write = int(bool(self.mrRemoteWrite))
         sc.measure_latency = int(bool(self.measureLatency))
+        if not isinstance(self.counterWrap, int) or not 0 <= self.counterWrap <= 1 << 24:
+            raise Rocev2Error(Status.INVALID_ARGUMENT,
+                              f"ServerCfg.counterWrap must be 0 (off) or 1..2^24 (the FPGA's AddrWrapCount); "
+                              f"got {self.counterWrap!r}")
+        sc.counter_wrap = self.counterWrap
         return sc
 
 

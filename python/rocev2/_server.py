@@ -13,7 +13,7 @@ import typing
 import weakref
 
 from ._cdecl import (_FRAME_CB, _FRAME_RECORD, _STAT_FIELDS, _STAT_FIELDS_2_1, _STAT_FIELDS_2_2,
-                     _STAT_FIELDS_2_3, _STAT_FIELDS_2_3_PEER,
+                     _STAT_FIELDS_2_3, _STAT_FIELDS_2_3_PEER, _STAT_FIELDS_2_4,
                      _STRUCT_SIZE, _Batch, _DeviceConfig, _Frame, _HostParams, _Stats)
 from ._codes import LinkState, Mtu, _u32, validate_channel
 from ._config import _ICRC_CHECK, HostParams, ServerCfg, TransportCfg
@@ -580,7 +580,7 @@ class Server:
         _check(_lib().rocev2_server_get_stats(self._handle(), ctypes.byref(s)))
         _answered(s, "rocev2_server_get_stats")
         return {n: getattr(s, n) for n in _STAT_FIELDS + ["link_state"] + _STAT_FIELDS_2_1
-                + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3_PEER + _STAT_FIELDS_2_3}
+                + _STAT_FIELDS_2_2 + _STAT_FIELDS_2_3_PEER + _STAT_FIELDS_2_3 + _STAT_FIELDS_2_4}
 
     def end_cause(self) -> typing.Optional[str]:
         """Why the link is down (the receive thread's end cause, "stopped"

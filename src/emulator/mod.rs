@@ -54,14 +54,33 @@ pub struct Faults {
     /// computed (a corrupting link): only a receiver that checks ICRCs (raw
     /// capture) can tell; on an unchecked one the frame arrives damaged.
     pub corrupt: f64,
+    /// Probability of skipping a frame number: the frame gets the next
+    /// number but one (immediate bits \[31:8\]), as an FPGA that dropped a
+    /// frame before sending it would; never a skip onto 0 at the wrap,
+    /// which would read as a reset. Counted in `EmulatorStats::skipped`.
+    pub skip: f64,
+    /// surf's "sticky half bandwidth" latch: after the first RNR NAK, every
+    /// packet is sent twice (its copy right behind it; surf's frames are one
+    /// packet each, so every message twice): the host re-ACKs and drops
+    /// each copy as a duplicate, and the link runs at half rate until the
+    /// FPGA's TxEn is toggled. Counted in `EmulatorStats::sent_twice`.
+    pub sticky_half: bool,
 }
 
 impl Faults {
     /// True when any fault is enabled.
     pub fn any(&self) -> bool {
-        self.drop > 0.0 || self.duplicate > 0.0 || self.reorder > 0.0 || self.corrupt > 0.0
+        self.drop > 0.0
+            || self.duplicate > 0.0
+            || self.reorder > 0.0
+            || self.corrupt > 0.0
+            || self.skip > 0.0
+            || self.sticky_half
     }
 }
+
+/// The FPGA's default counter wrap (`AddrWrapCount`): the whole 24 bits.
+pub const DEFAULT_COUNTER_WRAP: u32 = 1 << 24;
 
 /// Emulator settings.
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +137,9 @@ pub struct EmulatorConfig {
     /// has. Sends one packet per datagram, as through a NIC (`gso` must be
     /// off).
     pub busy_wait: bool,
+    /// The frame counter in immediate bits \[31:8\] wraps to 0 here (surf's
+    /// `AddrWrapCount`; 1..=2^24, default [`DEFAULT_COUNTER_WRAP`]).
+    pub counter_wrap: u32,
 }
 
 impl EmulatorConfig {
@@ -156,6 +178,7 @@ impl EmulatorConfig {
             rate: None,
             gso: false,
             busy_wait: false,
+            counter_wrap: DEFAULT_COUNTER_WRAP,
         }
     }
 }
@@ -181,6 +204,11 @@ pub struct EmulatorStats {
     pub corrupted: u64,
     /// Restarts at the first PSN (see [`FpgaEmulator::restart`]).
     pub restarts: u64,
+    /// Frame numbers skipped (`Faults::skip`): frames the host's counter
+    /// check should find missing.
+    pub skipped: u64,
+    /// Packets sent twice by the sticky-half latch (`Faults::sticky_half`).
+    pub sent_twice: u64,
 }
 
 /// ACKs read per recvmmsg.
@@ -287,6 +315,13 @@ pub fn copies_of(template: &[u8]) -> impl FnMut(u64, &mut Vec<u8>) + '_ {
 impl FpgaEmulator {
     /// Binds the socket; the requester starts at `cfg.start_psn`.
     pub fn new(cfg: EmulatorConfig) -> Result<FpgaEmulator> {
+        if cfg.counter_wrap == 0 || cfg.counter_wrap > DEFAULT_COUNTER_WRAP {
+            return Err(Error::invalid(format!(
+                "counter_wrap must be in the range 1..{DEFAULT_COUNTER_WRAP} (the frame counter \
+                 is immediate bits [31:8]); got {}",
+                cfg.counter_wrap
+            )));
+        }
         if cfg.busy_wait && cfg.gso {
             return Err(Error::invalid(
                 "busy_wait sends one packet per datagram, as through a NIC: turn gso off",
@@ -369,11 +404,18 @@ impl FpgaEmulator {
         self.req.outstanding()
     }
 
-    /// Queues one frame on `channel`; the immediate is `ring << 8 | channel`
-    /// with the ring position counting frames (mod 2^24), like surf.
+    /// Queues one frame on `channel`; the immediate is `counter << 8 |
+    /// channel` with the counter +1 per frame, wrapping to 0 at
+    /// `counter_wrap`, like surf's `addrCount` (`Faults::skip` skips one now
+    /// and then).
     pub fn submit(&mut self, data: Vec<u8>, channel: u8) {
+        let wrap = self.cfg.counter_wrap;
+        if self.ring + 1 < wrap && self.rng.chance(self.cfg.faults.skip) {
+            self.ring += 1;
+            self.stats.skipped += 1;
+        }
         let imm = (self.ring << 8) | channel as u32;
-        self.ring = (self.ring + 1) & MASK_24;
+        self.ring = (self.ring + 1) % wrap;
         self.req.submit(data, imm);
     }
 
@@ -402,6 +444,8 @@ impl FpgaEmulator {
 
     fn transmit(&mut self, now: u64) -> Result<usize> {
         let f = self.cfg.faults;
+        // surf's sticky-half latch: set by the first RNR NAK, for good.
+        let twice = f.sticky_half && self.stats().requester.rnr_naks > 0;
         let mut n = 0;
         while let Some(p) = self.req.poll_transmit(now) {
             let mut bth = Bth::new(p.opcode, self.cfg.host_qpn, p.psn);
@@ -415,7 +459,7 @@ impl FpgaEmulator {
                 self.stats.dropped += 1;
                 continue;
             }
-            let duplicate = self.rng.chance(f.duplicate);
+            let duplicate = twice || self.rng.chance(f.duplicate);
             let hold = self.tx_held.is_none() && self.rng.chance(f.reorder);
             // Built here, sealed when it is known which segment of which
             // datagram it will be (its IP ID).
@@ -425,7 +469,10 @@ impl FpgaEmulator {
             } else {
                 Tx::parts(&bth, p.imm, p.span, p.payload.len())
             };
-            if duplicate {
+            if twice {
+                self.stats.sent_twice += 1;
+                self.out.push(tx.clone());
+            } else if duplicate {
                 self.stats.duplicated += 1;
                 self.out.push(tx.clone());
             }

@@ -58,6 +58,13 @@ pub struct rocev2_server_config {
     /// and per frame). Default 0: off, no cost. The verbs backend refuses
     /// 1 (ROCEV2_ERR_UNSUPPORTED: its NIC ACKs). Since 2.3.
     pub measure_latency: u32,
+    /// Check the FPGA's frame counter (immediate bits [31:8], surf's
+    /// addrCount: +1 per frame, wrapping to 0 at its AddrWrapCount) on
+    /// every delivered frame, modulo this (1..2^24); gaps and resets are
+    /// counted in rocev2_stats (counter_gaps, counter_gap_frames,
+    /// counter_resets) and logged once each. Default 0: not checked (for
+    /// FPGAs that put other things there). Since 2.4.
+    pub counter_wrap: u32,
 }
 
 /// What the FPGA is programmed with (rogue's getters). Set `struct_size` to
@@ -220,6 +227,16 @@ pub struct rocev2_stats {
     pub delivery_p999_ns: u64,
     /// delivery: the largest sample, ns. Since 2.3.
     pub delivery_max_ns: u64,
+    /// Gaps in the FPGA's frame counter (with counter_wrap set): delivered
+    /// frames whose counter skipped numbers, each logged once with the
+    /// positions. Since 2.4.
+    pub counter_gaps: u64,
+    /// Frames the FPGA numbered that never arrived: the numbers the gaps
+    /// skipped, in all. Since 2.4.
+    pub counter_gap_frames: u64,
+    /// Resets of the FPGA's frame counter: back to 0 before the wrap (a
+    /// re-armed or restarted FPGA), each logged once. Since 2.4.
+    pub counter_resets: u64,
 }
 
 /// rocev2_stats.link_state: created, the connection not complete yet.
@@ -284,6 +301,7 @@ pub(crate) unsafe fn server_config_from(
         sc.spin_us = c.spin_us;
         sc.stop_timeout_ms = c.stop_timeout_ms;
         remote_write = c.mr_remote_write != 0;
+        sc.counter_wrap = c.counter_wrap;
         sc.measure_latency = match c.measure_latency {
             0 => false,
             1 => true,
@@ -319,13 +337,15 @@ impl Default for rocev2_server_config {
             cpu_affinity: -1,
             mr_remote_write: 0,
             measure_latency: 0,
+            counter_wrap: d.counter_wrap,
         }
     }
 }
 
 /// Fills `cfg` (`size` = the caller's `sizeof(rocev2_server_config)`) with
 /// defaults: max_payload 9000, rx_queue_depth 256, spin_us 50,
-/// stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0, measure_latency 0. Writes exactly
+/// stop_timeout_ms 5000, cpu_affinity -1, mr_remote_write 0, measure_latency 0,
+/// counter_wrap 0. Writes exactly
 /// `size` bytes (zero beyond the fields this library knows) and sets
 /// `struct_size` to `size`.
 ///
@@ -548,6 +568,9 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             delivery_p99_ns: s.delivery_latency.p99_ns,
             delivery_p999_ns: s.delivery_latency.p999_ns,
             delivery_max_ns: s.delivery_latency.max_ns,
+            counter_gaps: s.counter_gaps,
+            counter_gap_frames: s.counter_gap_frames,
+            counter_resets: s.counter_resets,
         };
         // SAFETY: out is NULL or has struct_size writable bytes (API contract).
         unsafe { write_sized(out, full, "out") }

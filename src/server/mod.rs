@@ -8,6 +8,7 @@
 //! (crossbeam's ArrayQueue) and an eventfd.
 
 mod backend;
+mod counter;
 mod frame;
 mod judge;
 pub(crate) mod latency;

@@ -77,6 +77,16 @@ counters! {
         invalid_releases,
         /// Frame callbacks that panicked (the frame is released, the thread goes on).
         callback_panics,
+        /// Gaps in the FPGA's frame counter (immediate bits \[31:8\]; checked
+        /// when `ServerConfig::counter_wrap` is set): delivered frames whose
+        /// counter skipped numbers, each logged once with the positions.
+        counter_gaps,
+        /// Frames the FPGA numbered that never arrived: the numbers the
+        /// gaps skipped, in all.
+        counter_gap_frames,
+        /// Resets of the FPGA's frame counter: back to 0 before the wrap
+        /// (the FPGA re-armed its dispatch, or restarted), each logged once.
+        counter_resets,
     }
     /// Slots on loan to consumers right now.
     loans_outstanding: u64,

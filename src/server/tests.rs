@@ -100,14 +100,20 @@ impl Harness {
         Harness::pinned(depth, slot, None)
     }
     fn pinned(depth: u32, slot: u32, cpu_affinity: Option<u32>) -> Harness {
-        let cfg = ServerConfig {
+        Harness::configured(depth, slot, |c| c.cpu_affinity = cpu_affinity)
+    }
+    /// With the test's config changed by `set`.
+    pub fn configured(depth: u32, slot: u32, set: impl FnOnce(&mut ServerConfig)) -> Harness {
+        let mut cfg = ServerConfig {
             max_payload: slot,
             rx_queue_depth: depth,
             spin_us: 0,
             stop_timeout_ms: 300,
-            cpu_affinity,
+            cpu_affinity: None,
             measure_latency: false,
+            counter_wrap: 0,
         };
+        set(&mut cfg);
         let wire = Arc::new(Mutex::new(Wire::default()));
         let notify = Arc::new(EventFd::new().unwrap());
         let (w, n) = (wire.clone(), notify.clone());
@@ -742,4 +748,29 @@ fn a_stop_inside_the_pollers_check_window_still_wakes_it() {
         .recv_timeout(Duration::from_secs(30))
         .expect("poll_frame(forever) missed the stop's wake-up");
     assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Stopped);
+}
+
+/// The FPGA's counter (immediate bits [31:8]) checked modulo counter_wrap:
+/// skipped numbers are a gap (counted with how many), a 0 before the wrap a
+/// reset, a wrap at counter_wrap neither, a counter beyond the wrap (a
+/// mismatched AddrWrapCount) no gap; unchecked (0) nothing is counted.
+#[test]
+fn the_fpga_counter_is_checked_when_asked() {
+    let counters = [0u32, 1, 2, 3, 0, 1, 4, 5, 7, 0, 1];
+    for (wrap, want) in [(8, (2, 3, 1)), (4, (0, 0, 1)), (0, (0, 0, 0))] {
+        let h = Harness::configured(4, 64, |c| c.counter_wrap = wrap);
+        h.core.set_frame_callback(|_f: Frame| {}).unwrap();
+        h.connect();
+        for &n in &counters {
+            h.send(&[1, 2, 3], (n << 8) | 5);
+        }
+        wait_until(|| h.core.stats().frames == counters.len() as u64);
+        let s = h.core.stats();
+        assert_eq!(
+            (s.counter_gaps, s.counter_gap_frames, s.counter_resets),
+            want,
+            "counter_wrap {wrap}"
+        );
+        h.core.stop();
+    }
 }

@@ -4,6 +4,7 @@
 //! nap or park. The release path that feeds it is `release.rs`.
 
 use super::*;
+use counter::{CounterCheck, Seen};
 use release::OwnThread;
 use spin::{Spin, Wait};
 use stats::bump;
@@ -18,16 +19,23 @@ struct Rx {
     cores: Vec<Arc<ServerCore>>,
     /// `Backend::packets_seen` at the last poll.
     packets_seen: u64,
+    /// The FPGA's frame counter check (`ServerConfig::counter_wrap`; None:
+    /// off) and whether a counter beyond the wrap was logged.
+    counter: Option<CounterCheck>,
+    beyond_logged: bool,
 }
 
 impl Rx {
-    /// For `depth` slots.
-    fn new(depth: usize) -> Rx {
+    /// For `depth` slots; the frame counter checked modulo `counter_wrap`
+    /// (0: not checked).
+    fn new(depth: usize, counter_wrap: u32) -> Rx {
         Rx {
             completions: Vec::with_capacity(POLL_BATCH),
             repost: Vec::with_capacity(depth),
             cores: Vec::with_capacity(depth),
             packets_seen: 0,
+            counter: (counter_wrap > 0).then(|| CounterCheck::new(counter_wrap)),
+            beyond_logged: false,
         }
     }
 }
@@ -100,7 +108,7 @@ impl ServerCore {
         callback: &mut Option<FrameCallback>,
     ) -> Result<()> {
         let own = OwnThread::enter(self);
-        let mut rx = Rx::new(self.slab.slots() as usize);
+        let mut rx = Rx::new(self.slab.slots() as usize, self.cfg.counter_wrap);
         let mut spin = self.wait_policy(backend);
         let mut drained = false;
         while !self.stopping.load(Ordering::Acquire) {
@@ -277,6 +285,8 @@ impl ServerCore {
             completions,
             repost,
             cores,
+            counter,
+            beyond_logged,
             ..
         } = rx;
         let mut queued = 0;
@@ -323,11 +333,57 @@ impl ServerCore {
                 repost.push(c.slot);
                 continue;
             }
+            if let (Some(check), Some(imm)) = (counter.as_mut(), imm) {
+                self.check_counter(check, imm >> 8, beyond_logged);
+            }
             self.deliver(c, len, imm, callback, cores)?;
             queued += callback.is_none() as usize;
         }
         self.wake_pullers(queued);
         Ok(())
+    }
+
+    /// Checks a delivered frame's counter (immediate bits \[31:8\]): a gap
+    /// or a reset is counted and logged once, with the positions (frame
+    /// numbers are the core's delivery count: the frame about to be
+    /// delivered is `frames + 1`).
+    fn check_counter(&self, check: &mut CounterCheck, got: u32, beyond_logged: &mut bool) {
+        let frame = self.counters.frames.load(Ordering::Relaxed) + 1;
+        match check.frame(got) {
+            Seen::InOrder => {}
+            Seen::Gap {
+                expected,
+                got,
+                missing,
+            } => {
+                bump(&self.counters.counter_gaps, 1);
+                bump(&self.counters.counter_gap_frames, missing as u64);
+                log::warn!(
+                    "FPGA frame counter gap: frame {frame} carries counter {got} where {expected} \
+                     was due: {missing} frame(s) the FPGA numbered never arrived (it dropped them \
+                     before sending, or skipped numbers); every frame the host ACKed was delivered"
+                );
+            }
+            Seen::Reset { expected } => {
+                bump(&self.counters.counter_resets, 1);
+                log::warn!(
+                    "FPGA frame counter reset: frame {frame} carries counter 0 where {expected} \
+                     was due: the FPGA re-armed its dispatch (or restarted); counting goes on \
+                     from 0"
+                );
+            }
+            Seen::Beyond { got } => {
+                if !std::mem::replace(beyond_logged, true) {
+                    log::warn!(
+                        "FPGA frame counter {got} (frame {frame}) is at or above counter_wrap {}: \
+                         the FPGA's AddrWrapCount is not the server's counter_wrap, or it puts \
+                         other things in immediate bits [31:8]; set counter_wrap to its \
+                         AddrWrapCount, or 0 to turn the check off (said once)",
+                        self.cfg.counter_wrap
+                    );
+                }
+            }
+        }
     }
 
     /// After `queued` frames went to the pull queue: wakes waiting pollers,

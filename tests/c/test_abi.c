@@ -71,6 +71,19 @@ static void older_caller_init_writes_only_its_size(void) {
     bad.measure_latency = 2;
     CHECK(rocev2_server_config_check(&bad) == ROCEV2_ERR_INVALID_ARGUMENT);
     CHECK(strstr(last(), "measure_latency") != NULL);
+    /* A 2.3 caller (before counter_wrap) is accepted, the check off. */
+    memset(buf, CANARY, sizeof buf);
+    size_t s23 = offsetof(rocev2_server_config, counter_wrap);
+    CHECK_OK(rocev2_server_config_init((rocev2_server_config*)buf, s23));
+    CHECK(canary_intact(buf, s23, sizeof buf));
+    CHECK_OK(rocev2_server_config_check(sc));
+    CHECK_OK(rocev2_server_config_init(&bad, sizeof bad));
+    CHECK(bad.counter_wrap == 0);
+    bad.counter_wrap = (1u << 24) + 1; /* the FPGA's counter is 24 bits */
+    CHECK(rocev2_server_config_check(&bad) == ROCEV2_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(last(), "counterWrap") != NULL);
+    bad.counter_wrap = 1u << 24;
+    CHECK_OK(rocev2_server_config_check(&bad));
 }
 
 static void older_caller_output_structs_cut_short(rocev2_server* srv) {
@@ -215,6 +228,15 @@ static void stats_grew_in_2_1(rocev2_server* srv) {
     CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));
     CHECK(((rocev2_stats*)sb)->struct_size == v22 && ((rocev2_stats*)sb)->naps == 0);
     CHECK(canary_intact(sb, v22, sizeof sb));
+    /* ABI 2.4 grew it again (counter check, verdicts): a 2.3 caller's
+     * struct ends before it. */
+    size_t v23 = offsetof(rocev2_stats, counter_gaps);
+    memset(sb, 0xA5, sizeof sb);
+    ((rocev2_stats*)sb)->struct_size = (uint32_t)v23;
+    CHECK_OK(rocev2_server_get_stats(srv, (rocev2_stats*)sb));
+    CHECK(((rocev2_stats*)sb)->struct_size == v23 && ((rocev2_stats*)sb)->delivery_max_ns == 0);
+    CHECK(canary_intact(sb, v23, sizeof sb));
+    CHECK(st.counter_gaps == 0 && st.counter_gap_frames == 0 && st.counter_resets == 0);
     CHECK(st.ack_turnaround_count == 0 && st.delivery_count == 0); /* not measured */
     CHECK(rocev2_server_end_cause(srv, NULL, 0) == 0); /* created: nothing ended */
     char cause[8] = "x";

@@ -1,5 +1,6 @@
 """pytest: end to end through the ctypes binding — a soft-backend server in
 this process, the FPGA emulator (`rocev2 fpga-sim`) in another, over loopback."""
+import json
 import os
 import subprocess
 import sys
@@ -26,16 +27,30 @@ def cli():
     pytest.fail("the rocev2 CLI is not built: cargo build --bin rocev2, or set ROCEV2_CLI")
 
 
-def fpga_sim(server, frames, size, channels="0,1,2", faults="drop=0", wait=True):
+def fpga_sim(server, frames, size, channels="0,1,2", faults="drop=0", wait=True, extra=()):
     args = [cli(), "fpga-sim", "--host", f"127.0.0.1:{server.udp_port}",
             "--host-qpn", str(server.getQpn()), "--psn", str(server.getSqPsn()),
             "--qpn", str(FPGA_QPN), "--frames", str(frames), "--size", str(size),
-            "--channels", channels, "--faults", faults, "--timeout-code", "12", "--seed", "3"]
+            "--channels", channels, "--faults", faults, "--timeout-code", "12", "--seed", "3",
+            *extra]
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if wait:
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     return p
+
+
+def take_all(server, n, sim):
+    """Polls and releases the `n` frames of the emulator `sim`
+    (fpga_sim(wait=False)) on the connected `server`, waits for the
+    emulator to end; returns its stdout."""
+    for i in range(n):
+        f = server.poll(timeout=60)
+        assert f is not None, f"frame {i} did not arrive"
+        f.release()
+    out, err = sim.communicate(timeout=120)
+    assert sim.returncode == 0, err
+    return out
 
 
 def soft_server(depth=64, max_payload=4096, icrc_check="auto"):
@@ -662,13 +677,7 @@ def test_measured_latency_and_busy_polling():
                                measureLatency=measure, busyPollUs=20 if measure else 0)
         with rocev2.Server(cfg) as s:
             s.complete_connection(FPGA_QPN)
-            p = fpga_sim(s, n, 1000, wait=False)
-            for i in range(n):
-                f = s.poll(timeout=60)
-                assert f is not None, f"frame {i} did not arrive"
-                f.release()
-            out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
+            take_all(s, n, fpga_sim(s, n, 1000, wait=False))
             st = s.stats()
             if not measure:
                 assert all(st[k] == 0 for k in st if k.startswith(("ack_turnaround_", "delivery_")))
@@ -679,3 +688,24 @@ def test_measured_latency_and_busy_polling():
                 assert st[f"{h}_max_ns"] > 0
     with pytest.raises(Rocev2Error, match="busyPollUs"):
         rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", busyPollUs=-1)
+
+
+def test_the_fpga_counter_is_checked_when_asked():
+    """counterWrap: the numbers fpga-sim skipped (--faults skip) come back as
+    counter gaps, each of one frame; every frame still arrives. 0: unchecked."""
+    n = 4000
+    for wrap in (256, 0):
+        cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0,
+                               peerUdpPort=0, maxPayload=256, rxQueueDepth=64, spinUs=0,
+                               counterWrap=wrap)
+        with rocev2.Server(cfg) as s:
+            s.complete_connection(FPGA_QPN)
+            p = fpga_sim(s, n, 256, faults="skip=0.01", wait=False, extra=("--counter-wrap", "256"))
+            out = take_all(s, n, p)
+            skipped = json.loads(out)["skipped_numbers"]
+            assert skipped > 0, out
+            st = s.stats()
+            want = (skipped, skipped, 0) if wrap else (0, 0, 0)
+            assert (st["counter_gaps"], st["counter_gap_frames"], st["counter_resets"]) == want, st
+    with pytest.raises(Rocev2Error, match="counterWrap"):
+        rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", counterWrap=1 << 25)

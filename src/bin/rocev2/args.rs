@@ -136,14 +136,17 @@ impl fmt::Display for Channels {
     }
 }
 
-/// `--faults drop=P,dup=P,reorder=P,corrupt=P`: probabilities per packet.
-/// Shown back in the same syntax.
+/// `--faults drop=P,dup=P,reorder=P,corrupt=P,skip=P,sticky-half`:
+/// probabilities per packet (skip: per frame number), and surf's sticky-half
+/// latch. Shown back in the same syntax.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FaultSpec {
     pub drop: f64,
     pub dup: f64,
     pub reorder: f64,
     pub corrupt: f64,
+    pub skip: f64,
+    pub sticky_half: bool,
 }
 
 impl FaultSpec {
@@ -155,6 +158,8 @@ impl FaultSpec {
             duplicate: self.dup,
             reorder: self.reorder,
             corrupt: self.corrupt,
+            skip: self.skip,
+            sticky_half: self.sticky_half,
         }
     }
     /// True when any fault has a probability above 0.
@@ -171,9 +176,13 @@ impl FromStr for FaultSpec {
             return Ok(f);
         }
         for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| format!("{part:?} is not fault=probability, e.g. drop=0.01"))?;
+            if part.trim() == "sticky-half" {
+                f.sticky_half = true;
+                continue;
+            }
+            let (k, v) = part.split_once('=').ok_or_else(|| {
+                format!("{part:?} is not fault=probability (e.g. drop=0.01) or sticky-half")
+            })?;
             let p: f64 = v
                 .trim()
                 .parse()
@@ -186,9 +195,11 @@ impl FromStr for FaultSpec {
                 "dup" | "duplicate" => f.dup = p,
                 "reorder" => f.reorder = p,
                 "corrupt" => f.corrupt = p,
+                "skip" => f.skip = p,
                 _ => {
                     return Err(format!(
-                        "unknown fault {k:?}: use drop, dup, reorder or corrupt"
+                        "unknown fault {k:?}: use drop, dup, reorder, corrupt, skip (=P) or \
+                         sticky-half"
                     ))
                 }
             }
@@ -204,12 +215,16 @@ impl fmt::Display for FaultSpec {
             ("dup", self.dup),
             ("reorder", self.reorder),
             ("corrupt", self.corrupt),
+            ("skip", self.skip),
         ];
-        let set: Vec<String> = all
+        let mut set: Vec<String> = all
             .iter()
             .filter(|(_, p)| *p > 0.0)
             .map(|(k, p)| format!("{k}={p}"))
             .collect();
+        if self.sticky_half {
+            set.push("sticky-half".to_string());
+        }
         if set.is_empty() {
             f.write_str("none")
         } else {
@@ -280,7 +295,7 @@ impl From<IcrcArg> for rocev2::IcrcCheck {
 /// Fault injection by the emulator (`demo`, `fpga-sim`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct FaultArgs {
-    /// Faults the emulator injects, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001
+    /// Faults the emulator injects, per packet, e.g. drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001; skip=P skips a frame number (immediate bits [31:8]) with probability P, as an FPGA that dropped a frame before sending; sticky-half: after the first RNR NAK every packet is sent twice (surf's sticky half-bandwidth latch)
     #[arg(
         long,
         value_name = "SPEC",

@@ -29,7 +29,7 @@ use crate::{Exit, Fail, Outcome};
 /// receives frames until --frames or --idle-timeout: counts them, checks the
 /// emulator's pattern (--verify), records them (--out) and prints one JSON
 /// summary line (frames, bytes, verify_errors, seconds, gbit_per_s,
-/// frames_per_s, rnr_naks, seq_naks, ...). The rate is measured from the
+/// frames_per_s, rnr_naks, seq_naks, counter_gaps, ...). The rate is measured from the
 /// first to the last frame. SIGINT or SIGTERM stops it cleanly: the frames
 /// taken so far recorded whole, the summary printed, exit 130 or 143.
 #[derive(Args, Debug)]
@@ -104,6 +104,9 @@ pub struct RecvArgs {
     /// soft: busy-poll the NIC's receive queue up to US microseconds on an empty socket (SO_BUSY_POLL; does nothing on loopback; README "Tuning a NIC for the soft backend") [default: 0, off]
     #[arg(long, value_name = "US", default_value = "0", value_parser = num::<u32>(0, 1_000_000))]
     busy_poll_us: u32,
+    /// Check the FPGA's frame counter (immediate bits [31:8], +1 per frame, wrapping to 0 at N: its AddrWrapCount) on every frame: gaps (frames it numbered that never arrived) and resets (back to 0) are logged and counted in the summary (counter_gaps, counter_gap_frames, counter_resets). 0: not checked, for FPGAs that put other things there
+    #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u32>(0, 1 << 24))]
+    counter_wrap: u32,
 }
 
 pub fn run(a: RecvArgs) -> Outcome {
@@ -192,6 +195,7 @@ fn open_server(a: &RecvArgs) -> Result<(Device, Server), Fail> {
         spin_us: a.spin_us,
         cpu_affinity: a.cpu,
         measure_latency: a.measure_latency,
+        counter_wrap: a.counter_wrap,
         ..Default::default()
     };
     let server = Server::create(&dev, &cfg).map_err(&e)?;
@@ -461,7 +465,8 @@ fn summary(
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
         "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.peer_restarts(),
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
-        "parks": s.parks, "naps": s.naps,
+        "parks": s.parks, "naps": s.naps, "counter_gaps": s.counter_gaps,
+        "counter_gap_frames": s.counter_gap_frames, "counter_resets": s.counter_resets,
     });
     if let BackendStats::Verbs(vs) = s.backend {
         v["lost_frames_estimate"] = json!(vs.lost_frames_estimate);

@@ -72,6 +72,9 @@ pub struct FpgaSimArgs {
     /// With the window full, busy-poll the socket for the ACK instead of sleeping in poll(), as the engine waits in hardware: no wake-up per round trip (a core kept busy while streaming), one packet per datagram as through a NIC (not with --gso)
     #[arg(long, conflicts_with = "gso")]
     busy_wait: bool,
+    /// The frame counter in immediate bits [31:8] wraps to 0 at N (surf's AddrWrapCount register); `recv --counter-wrap N` checks it
+    #[arg(long, value_name = "N", default_value = "16777216", value_parser = num::<u32>(1, 1 << 24))]
+    counter_wrap: u32,
 }
 
 pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
@@ -91,6 +94,7 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
     cfg.gso = a.gso;
     cfg.busy_wait = a.busy_wait;
     cfg.rate = a.rate.map(|r| r as f64);
+    cfg.counter_wrap = a.counter_wrap;
     let e = lib_err(FLAGS);
     let mut emu = FpgaEmulator::new(cfg).map_err(&e)?;
     errln!(
@@ -111,7 +115,16 @@ pub fn fpga_sim(a: FpgaSimArgs) -> Outcome {
         "frames": a.frames, "gbit_per_s": round3(r.gbit), "retransmits": s.requester.retransmits,
         "rnr_naks": s.requester.rnr_naks, "seq_naks": s.requester.seq_naks,
         "timeouts": s.requester.timeouts, "restarts": s.restarts,
+        "skipped_numbers": s.skipped, "sent_twice": s.sent_twice,
     }))?;
+    if a.faults.faults.skip > 0.0 {
+        errln!(
+            "rocev2 fpga-sim: skipped {} frame number(s) (--faults skip): a server checking the \
+             counter (recv --counter-wrap {}) finds them missing",
+            s.skipped,
+            a.counter_wrap
+        );
+    }
     Ok(Exit::Ok)
 }
 
