@@ -28,17 +28,6 @@
 #include <stddef.h>
 
 /**
- * Largest `ServerConfig::counter_wrap`: the FPGA's frame counter is
- * immediate bits \[31:8\], 24 bits.
- */
-#define COUNTER_WRAP_LIMIT (1 << 24)
-
-/**
- * The FPGA's default counter wrap (`AddrWrapCount`): the whole 24 bits.
- */
-#define DEFAULT_COUNTER_WRAP (1 << 24)
-
-/**
  * ABI version of this header; `rocev2_abi_version()` returns the library's.
  */
 #define ROCEV2_ABI_VERSION 2
@@ -715,6 +704,28 @@ typedef struct {
    * re-armed or restarted FPGA), each logged once. Since 2.4.
    */
   uint64_t counter_resets;
+  /**
+   * Duplicating-peer verdicts: duplicates nearly as many as the frames
+   * delivered over a window (surf's sticky half-bandwidth latch: the FPGA
+   * sends every message twice; soft: the duplicate counter, verbs: the
+   * port's duplicate_request), each logged once with its remedy (toggle
+   * the FPGA's TxEn or soft-reset it). Since 2.4.
+   */
+  uint64_t duplicating_peers;
+  /**
+   * 1 while a duplicating-peer verdict holds, else 0. Since 2.4.
+   */
+  uint64_t duplicating_peer;
+  /**
+   * RNR storms: RNR NAKs sent above 100 a second over a window (soft:
+   * rnr_naks_tx; verbs: the port's send_rnr_err / out_of_buffer), each
+   * logged once with what to check. Since 2.4.
+   */
+  uint64_t rnr_storms;
+  /**
+   * 1 while an RNR storm verdict holds, else 0. Since 2.4.
+   */
+  uint64_t rnr_storm;
 } rocev2_stats;
 
 

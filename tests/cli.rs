@@ -882,3 +882,45 @@ fn recv_counter_wrap_reports_the_gaps_and_resets_the_emulator_made() {
         "{err}"
     );
 }
+
+/// issue 36: `fpga-sim --faults sticky-half` (every packet twice after the
+/// first RNR NAK) against a consumer that pauses once gets the
+/// duplicating-peer verdict; the pause (1 s, every slot held) is an RNR
+/// storm. Without the latch: the storm, no duplicating peer.
+#[test]
+fn a_sticky_half_fpga_is_named_a_duplicating_peer_and_a_long_pause_an_rnr_storm() {
+    for sticky in [true, false] {
+        let (child, out, params) = recv(&[
+            "--pause-once",
+            "500:1000",
+            "--frames",
+            "4000",
+            "--verify",
+            "--idle-timeout",
+            "30",
+        ]);
+        let faults = if sticky { "sticky-half" } else { "none" };
+        let o = fpga_sim(&params, 4000, 1024, "0", &["--faults", faults]);
+        let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let (sum, code, err) = finish(child, out);
+        assert_eq!((code, &sum["verify_errors"]), (0, &json!(0)), "{sum} {err}");
+        assert!(sim["rnr_naks"].as_u64().unwrap() > 0, "{sim}");
+        assert_eq!(sum["rnr_storms"], 1, "{sum} {err}");
+        assert!(err.contains("RNR storm on 'soft'"), "{err}");
+        assert!(err.contains("loans outstanding"), "{err}");
+        assert_eq!(sum["duplicating_peer"], sticky, "{sum} {err}");
+        assert_eq!(sum["duplicating_peers"], sticky as u64, "{sum} {err}");
+        assert_eq!(
+            err.contains("duplicating peer on 'soft'") && err.contains("toggle the FPGA's TxEn"),
+            sticky,
+            "{err}"
+        );
+        if sticky {
+            let (dups, sent_twice) = (
+                sum["duplicates"].as_u64().unwrap(),
+                sim["sent_twice"].as_u64().unwrap(),
+            );
+            assert!(dups > 2000 && dups <= sent_twice, "{sum} {sim}");
+        }
+    }
+}

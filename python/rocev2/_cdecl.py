@@ -87,7 +87,8 @@ _STAT_FIELDS_2_3 = [f"{h}_{q}" for h in ("ack_turnaround", "delivery")
                     for q in ("count", "p50_ns", "p99_ns", "p999_ns", "max_ns")]
 # Since 2.4: the FPGA's frame counter check (ServerCfg.counterWrap) and link
 # verdicts (docs/operations.md).
-_STAT_FIELDS_2_4 = ["counter_gaps", "counter_gap_frames", "counter_resets"]
+_STAT_FIELDS_2_4 = ["counter_gaps", "counter_gap_frames", "counter_resets",
+                    "duplicating_peers", "duplicating_peer", "rnr_storms", "rnr_storm"]
 
 
 class _Stats(ctypes.Structure):

@@ -597,8 +597,11 @@ class Server:
         """Link health for an operator: ``state`` (a :class:`LinkState`),
         ``since_last_packet_s`` / ``since_last_frame_s`` (seconds, None
         before the first), ``end_cause`` (see :meth:`end_cause`),
-        ``peer_restarts``, ``stale_peer`` (a stale-peer verdict holds, verbs)
-        and ``lost_frames_estimate`` (frames lost to restarts, verbs)."""
+        ``peer_restarts``, ``stale_peer`` (a stale-peer verdict holds, verbs),
+        ``lost_frames_estimate`` (frames lost to restarts, verbs),
+        ``duplicating_peer`` (the FPGA sends every message twice: toggle its
+        TxEn) and ``rnr_storm`` (RNR NAKs above 100/s); docs/operations.md
+        lists every verdict."""
         st = self.stats()
 
         def seconds(us: int) -> typing.Optional[float]:
@@ -608,7 +611,9 @@ class Server:
                 "since_last_frame_s": seconds(st["us_since_last_frame"]),
                 "end_cause": self.end_cause(), "peer_restarts": st["peer_restarts"],
                 "stale_peer": bool(st["peer_stale"]),
-                "lost_frames_estimate": st["lost_frames_estimate"]}
+                "lost_frames_estimate": st["lost_frames_estimate"],
+                "duplicating_peer": bool(st["duplicating_peer"]),
+                "rnr_storm": bool(st["rnr_storm"])}
 
     def is_running(self) -> bool:
         return bool(self._srv) and _lib().rocev2_server_is_running(self._srv) != 0

@@ -237,6 +237,20 @@ pub struct rocev2_stats {
     /// Resets of the FPGA's frame counter: back to 0 before the wrap (a
     /// re-armed or restarted FPGA), each logged once. Since 2.4.
     pub counter_resets: u64,
+    /// Duplicating-peer verdicts: duplicates nearly as many as the frames
+    /// delivered over a window (surf's sticky half-bandwidth latch: the FPGA
+    /// sends every message twice; soft: the duplicate counter, verbs: the
+    /// port's duplicate_request), each logged once with its remedy (toggle
+    /// the FPGA's TxEn or soft-reset it). Since 2.4.
+    pub duplicating_peers: u64,
+    /// 1 while a duplicating-peer verdict holds, else 0. Since 2.4.
+    pub duplicating_peer: u64,
+    /// RNR storms: RNR NAKs sent above 100 a second over a window (soft:
+    /// rnr_naks_tx; verbs: the port's send_rnr_err / out_of_buffer), each
+    /// logged once with what to check. Since 2.4.
+    pub rnr_storms: u64,
+    /// 1 while an RNR storm verdict holds, else 0. Since 2.4.
+    pub rnr_storm: u64,
 }
 
 /// rocev2_stats.link_state: created, the connection not complete yet.
@@ -571,6 +585,10 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             counter_gaps: s.counter_gaps,
             counter_gap_frames: s.counter_gap_frames,
             counter_resets: s.counter_resets,
+            duplicating_peers: s.duplicating_peers,
+            duplicating_peer: s.duplicating_peer,
+            rnr_storms: s.rnr_storms,
+            rnr_storm: s.rnr_storm,
         };
         // SAFETY: out is NULL or has struct_size writable bytes (API contract).
         unsafe { write_sized(out, full, "out") }

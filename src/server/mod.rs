@@ -10,6 +10,7 @@
 mod backend;
 mod counter;
 mod frame;
+mod health;
 mod judge;
 pub(crate) mod latency;
 mod release;

@@ -87,6 +87,17 @@ counters! {
         /// Resets of the FPGA's frame counter: back to 0 before the wrap
         /// (the FPGA re-armed its dispatch, or restarted), each logged once.
         counter_resets,
+        /// Duplicating-peer verdicts: duplicates nearly as many as the frames
+        /// delivered over a window (surf's sticky half-bandwidth latch: the
+        /// FPGA sends every message twice), each logged once with its remedy.
+        duplicating_peers,
+        /// 1 while a duplicating-peer verdict holds, else 0.
+        duplicating_peer,
+        /// RNR storms: RNR NAKs above 100 a second over a window, each logged
+        /// once with what to check.
+        rnr_storms,
+        /// 1 while an RNR storm verdict holds, else 0.
+        rnr_storm,
     }
     /// Slots on loan to consumers right now.
     loans_outstanding: u64,
@@ -280,6 +291,16 @@ counters! {
         /// 1 when the port's counters are watched (0: the files are missing,
         /// said once at connect; no verdict is drawn).
         watched,
+        /// The port's `duplicate_request` counter since the server was
+        /// created (the port's: every QP on it; read while no completion
+        /// comes): what the duplicating-peer verdict reads on verbs.
+        port_duplicates,
+        /// The port's RNR NAKs sent since the server was created (rxe
+        /// `send_rnr_err`, mlx5 `out_of_buffer`; 0 when the port has
+        /// neither): what the RNR storm verdict reads on verbs.
+        port_rnr_naks,
+        /// 1 when the port has an RNR NAK counter (`port_rnr_naks` is read).
+        rnr_watched,
     }
 }
 
@@ -336,6 +357,26 @@ pub(crate) enum BackendCounters {
 }
 
 impl BackendCounters {
+    /// The duplicates and RNR NAKs the backend has counted so far (the
+    /// link health's verdicts read them; None: it cannot count them).
+    pub fn health_totals(&self) -> (Option<u64>, Option<u64>) {
+        match self {
+            BackendCounters::None => (None, None),
+            BackendCounters::Soft(c) => (
+                Some(c.duplicates.load(Ordering::Acquire)),
+                Some(c.rnr_naks_tx.load(Ordering::Acquire)),
+            ),
+            BackendCounters::Verbs(c) => {
+                if c.watched.load(Ordering::Acquire) == 0 {
+                    return (None, None);
+                }
+                let rnr = (c.rnr_watched.load(Ordering::Acquire) != 0)
+                    .then(|| c.port_rnr_naks.load(Ordering::Acquire));
+                (Some(c.port_duplicates.load(Ordering::Acquire)), rnr)
+            }
+        }
+    }
+
     /// The backend's section now.
     pub fn snapshot(&self) -> BackendStats {
         match self {

@@ -5,6 +5,7 @@
 
 use super::*;
 use counter::{CounterCheck, Seen};
+use health::{Change, Health, Totals};
 use release::OwnThread;
 use spin::{Spin, Wait};
 use stats::bump;
@@ -23,6 +24,8 @@ struct Rx {
     /// off) and whether a counter beyond the wrap was logged.
     counter: Option<CounterCheck>,
     beyond_logged: bool,
+    /// The link's verdicts from its counters (`health.rs`).
+    health: Health,
 }
 
 impl Rx {
@@ -36,6 +39,7 @@ impl Rx {
             packets_seen: 0,
             counter: (counter_wrap > 0).then(|| CounterCheck::new(counter_wrap)),
             beyond_logged: false,
+            health: Health::default(),
         }
     }
 }
@@ -250,7 +254,75 @@ impl ServerCore {
         if !rx.completions.is_empty() {
             self.activity.frame(now);
         }
+        self.judge_health(now, &mut rx.health);
         Some(now)
+    }
+
+    /// Feeds the link's verdicts (`health.rs`) the totals at `now` (they
+    /// judge a window at most every 500 ms); counts and logs what changed.
+    fn judge_health(&self, now: Instant, health: &mut Health) {
+        let (duplicates, rnr_naks) = self.backend_counters.health_totals();
+        let totals = Totals {
+            frames: self.counters.frames.load(Ordering::Relaxed),
+            duplicates,
+            rnr_naks,
+        };
+        let judged = health.sample(now, totals);
+        for change in [judged.duplicating, judged.storm].into_iter().flatten() {
+            self.report_health(change);
+        }
+    }
+
+    fn report_health(&self, change: Change) {
+        let c = &self.counters;
+        match change {
+            Change::Duplicating { dups, frames, secs } => {
+                bump(&c.duplicating_peers, 1);
+                c.duplicating_peer.store(1, Ordering::Release);
+                log::warn!(
+                    "duplicating peer on '{}': {dups} duplicate packets against {frames} frames \
+                     delivered in {secs:.1} s: the FPGA sends every message twice (surf's sticky \
+                     half-bandwidth latch after RNR back-pressure); each copy is re-ACKed and \
+                     dropped, nothing is lost, but the link runs at half rate. Remedy: toggle the \
+                     FPGA's TxEn or soft-reset its RoCEv2 engine; avoid the RNR back-pressure that \
+                     sets it (enough slots, a consumer that keeps up, min_rnr_timer 12)",
+                    self.device_name
+                );
+            }
+            Change::DuplicatingCleared => {
+                c.duplicating_peer.store(0, Ordering::Release);
+                log::info!(
+                    "duplicating peer on '{}': duplicates back to normal, the verdict is cleared",
+                    self.device_name
+                );
+            }
+            Change::Storm { naks, secs } => {
+                bump(&c.rnr_storms, 1);
+                c.rnr_storm.store(1, Ordering::Release);
+                let depth = self.slab.slots() as u64;
+                let loans = self.slab.loans_outstanding() as u64;
+                log::warn!(
+                    "RNR storm on '{}': {naks} RNR NAKs sent in {secs:.1} s ({:.0}/s, above {:.0}/s): \
+                     messages keep arriving with no receive slot free, and the FPGA retries after \
+                     each NAK (surf's RNR retry is unproven). Check: slots free ({} of \
+                     rx_queue_depth {depth}), loans outstanding ({loans}: frames the consumer \
+                     holds), a slow consumer (callback or poll loop slower than the stream), \
+                     min_rnr_timer (12 = 0.64 ms; a short one makes the FPGA retry into a full \
+                     queue), rx_queue_depth (more slots absorb a consumer's pauses)",
+                    self.device_name,
+                    naks as f64 / secs,
+                    health::RNR_STORM_PER_S,
+                    depth.saturating_sub(loans),
+                );
+            }
+            Change::StormCleared => {
+                c.rnr_storm.store(0, Ordering::Release);
+                log::info!(
+                    "RNR storm on '{}' is over: the verdict is cleared",
+                    self.device_name
+                );
+            }
+        }
     }
 
     /// Re-posts the slots released since the last batch: from other threads

@@ -164,10 +164,13 @@ impl Verdicts {
     }
 }
 
-/// The port's two counter files.
+/// The port's two counter files, and its RNR NAK counter when it has one.
 struct Files {
     dup: File,
     oos: File,
+    /// RNR NAKs the port sent: rxe `send_rnr_err`, mlx5 `out_of_buffer`
+    /// (a message with no posted receive: the NIC RNR-NAKs it on RC).
+    rnr: Option<File>,
 }
 
 impl Files {
@@ -177,20 +180,30 @@ impl Files {
         let oos = File::open(dir.join("out_of_seq_request"))
             .or_else(|_| File::open(dir.join("out_of_sequence")))
             .ok()?;
-        Some(Files { dup, oos })
+        let rnr = File::open(dir.join("send_rnr_err"))
+            .or_else(|_| File::open(dir.join("out_of_buffer")))
+            .ok();
+        Some(Files { dup, oos, rnr })
+    }
+
+    /// The RNR NAK counter, when the port has one.
+    fn read_rnr(&self) -> Option<u64> {
+        value(self.rnr.as_ref()?)
     }
 
     fn read(&self) -> Option<Sample> {
-        fn value(f: &File) -> Option<u64> {
-            let mut buf = [0u8; 32];
-            let n = f.read_at(&mut buf, 0).ok()?;
-            std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
-        }
         Some(Sample {
             dup: value(&self.dup)?,
             oos: value(&self.oos)?,
         })
     }
+}
+
+/// A counter file's value.
+fn value(f: &File) -> Option<u64> {
+    let mut buf = [0u8; 32];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }
 
 /// Servers of this process watching each (device, port).
@@ -221,6 +234,9 @@ pub(crate) struct PeerWatch {
     next: Option<Instant>,
     wait: Duration,
     empty_polls: u32,
+    /// The baseline's duplicate and RNR NAK counts (`port_duplicates` and
+    /// `port_rnr_naks` count from them).
+    base: (u64, Option<u64>),
 }
 
 impl PeerWatch {
@@ -242,6 +258,7 @@ impl PeerWatch {
             next: None,
             wait: SAMPLE_EVERY,
             empty_polls: 0,
+            base: (0, None),
         }
     }
 
@@ -259,6 +276,11 @@ impl PeerWatch {
         self.files = Files::open(&self.dir);
         if let Some(s) = self.files.as_ref().and_then(Files::read) {
             self.verdicts.sample(Instant::now(), s, false);
+            let rnr = self.files.as_ref().and_then(Files::read_rnr);
+            self.base = (s.dup, rnr);
+            self.counters
+                .rnr_watched
+                .store(rnr.is_some() as u64, Ordering::Release);
         }
     }
 
@@ -331,6 +353,13 @@ impl PeerWatch {
             return;
         };
         let out = self.verdicts.sample(now, s, starved);
+        let c = &self.counters;
+        c.port_duplicates
+            .store(s.dup.saturating_sub(self.base.0), Ordering::Release);
+        if let (Some(base), Some(rnr)) = (self.base.1, files.read_rnr()) {
+            c.port_rnr_naks
+                .store(rnr.saturating_sub(base), Ordering::Release);
+        }
         self.wait = if out.moved {
             SAMPLE_EVERY
         } else {

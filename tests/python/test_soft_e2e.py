@@ -707,5 +707,8 @@ def test_the_fpga_counter_is_checked_when_asked():
             st = s.stats()
             want = (skipped, skipped, 0) if wrap else (0, 0, 0)
             assert (st["counter_gaps"], st["counter_gap_frames"], st["counter_resets"]) == want, st
+            h = s.health()
+            assert (h["duplicating_peer"], h["rnr_storm"]) == (False, False), h
+            assert st["duplicating_peers"] == 0 and st["rnr_storms"] == 0, st
     with pytest.raises(Rocev2Error, match="counterWrap"):
         rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", counterWrap=1 << 25)

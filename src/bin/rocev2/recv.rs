@@ -107,6 +107,22 @@ pub struct RecvArgs {
     /// Check the FPGA's frame counter (immediate bits [31:8], +1 per frame, wrapping to 0 at N: its AddrWrapCount) on every frame: gaps (frames it numbered that never arrived) and resets (back to 0) are logged and counted in the summary (counter_gaps, counter_gap_frames, counter_resets). 0: not checked, for FPGAs that put other things there
     #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u32>(0, 1 << 24))]
     counter_wrap: u32,
+    /// A consumer that stalls once: after N frames, take none for MS milliseconds (the slots fill, the server RNR-NAKs: tests back-pressure and what follows it, e.g. `fpga-sim --faults sticky-half`)
+    #[arg(long, value_name = "N:MS", value_parser = pause_once)]
+    pause_once: Option<(u64, u64)>,
+}
+
+/// `--pause-once N:MS`.
+fn pause_once(text: &str) -> Result<(u64, u64), String> {
+    let parse = |t: &str| args::parse_u64(t).ok_or_else(|| format!("{t:?} is not a number"));
+    let (n, ms) = text.split_once(':').ok_or_else(|| {
+        format!("{text:?} is not N:MS (frames, then milliseconds), e.g. 1000:200")
+    })?;
+    let (n, ms) = (parse(n)?, parse(ms)?);
+    if ms > 60_000 {
+        return Err(format!("{ms} ms is out of range: at most 60000 ms"));
+    }
+    Ok((n, ms))
 }
 
 pub fn run(a: RecvArgs) -> Outcome {
@@ -334,7 +350,7 @@ impl Ticker {
         let mut line = format!(
             "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
              seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
-             {}link {}, last packet {}",
+             {}{}link {}, last packet {}",
             (now - self.t0).as_secs_f64(),
             t.frames,
             s.soft().seq_naks_tx,
@@ -343,6 +359,7 @@ impl Ticker {
             s.soft().duplicates,
             s.peer_restarts(),
             peer_verdicts(s),
+            link_verdicts(s),
             s.link,
             s.since_last_packet.map_or("never".to_string(), |d| format!(
                 "{:.1} s ago",
@@ -389,6 +406,11 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
             w.write(f.channel(), f.data()).map_err(Fail::runtime)?;
         }
         bar.inc(1);
+        drop(f);
+        if let Some((n, ms)) = a.pause_once.filter(|(n, _)| t.frames == *n) {
+            bar.suspend(|| errln!("rocev2 recv: --pause-once: pausing {ms} ms after frame {n}"));
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         Ok(())
     };
     let mut active = Instant::now();
@@ -437,6 +459,25 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
     Ok(t)
 }
 
+/// The verdicts that hold now and the counter check's findings, for a
+/// --stats-interval line ("" when there are none).
+fn link_verdicts(s: &Stats) -> String {
+    let mut v = String::new();
+    if s.duplicating_peer != 0 {
+        v += "DUPLICATING PEER  ";
+    }
+    if s.rnr_storm != 0 {
+        v += "RNR STORM  ";
+    }
+    if s.counter_gaps + s.counter_resets > 0 {
+        v += &format!(
+            "counter gaps {} ({} frames) resets {}  ",
+            s.counter_gaps, s.counter_gap_frames, s.counter_resets
+        );
+    }
+    v
+}
+
 /// The verbs backend's verdicts for a --stats-interval line ("" on soft).
 fn peer_verdicts(s: &Stats) -> String {
     match s.backend {
@@ -467,8 +508,12 @@ fn summary(
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
         "parks": s.parks, "naps": s.naps, "counter_gaps": s.counter_gaps,
         "counter_gap_frames": s.counter_gap_frames, "counter_resets": s.counter_resets,
+        "duplicating_peer": s.duplicating_peer != 0, "duplicating_peers": s.duplicating_peers,
+        "rnr_storm": s.rnr_storm != 0, "rnr_storms": s.rnr_storms,
     });
     if let BackendStats::Verbs(vs) = s.backend {
+        v["port_duplicates"] = json!(vs.port_duplicates);
+        v["port_rnr_naks"] = json!(vs.port_rnr_naks);
         v["lost_frames_estimate"] = json!(vs.lost_frames_estimate);
         v["stale_peers"] = json!(vs.stale_peers);
         v["stale_peer"] = json!(vs.stale != 0);
