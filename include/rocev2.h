@@ -104,6 +104,19 @@
 #define ROCEV2_FRAME_HAS_IMMEDIATE 1
 
 /**
+ * `rocev2_frame.flags`: `rx_time_ns` is the kernel's receive stamp of the
+ * frame's last packet (soft backend; SO_TIMESTAMPNS, CLOCK_REALTIME). Since 2.4.
+ */
+#define ROCEV2_FRAME_RX_TIME_KERNEL 2
+
+/**
+ * `rocev2_frame.flags`: `rx_time_ns` is the host clock (CLOCK_REALTIME)
+ * when the receive thread polled the completion (verbs backend: the NIC
+ * delivers without the kernel). Since 2.4.
+ */
+#define ROCEV2_FRAME_RX_TIME_POLL 4
+
+/**
  * rocev2_stats.link_state: created, the connection not complete yet.
  */
 #define ROCEV2_LINK_CREATED 0
@@ -387,6 +400,13 @@ typedef struct {
    * Release token: pass to rocev2_server_release exactly once. Never 0.
    */
   uint64_t token;
+  /**
+   * When the frame's last packet was received: CLOCK_REALTIME,
+   * nanoseconds since the Unix epoch; `flags` says whose stamp
+   * (ROCEV2_FRAME_RX_TIME_KERNEL or _POLL). Written when struct_size
+   * covers it (poll: the caller's struct_size; callback: always). Since 2.4.
+   */
+  uint64_t rx_time_ns;
 } rocev2_frame;
 
 /**

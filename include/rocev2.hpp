@@ -124,6 +124,12 @@ class Frame {
     bool has_immediate() const noexcept { return (f_.flags & ROCEV2_FRAME_HAS_IMMEDIATE) != 0; }
     uint32_t ring_position() const noexcept { return f_.immediate >> 8; }
     uint32_t slot() const noexcept { return f_.slot; }
+    /// When the frame's last packet was received: CLOCK_REALTIME ns since
+    /// the epoch (since 2.4).
+    uint64_t rx_time_ns() const noexcept { return f_.rx_time_ns; }
+    /// True when rx_time_ns() is the kernel's receive stamp (soft), false
+    /// when it is the host clock at poll (verbs).
+    bool rx_time_from_kernel() const noexcept { return (f_.flags & ROCEV2_FRAME_RX_TIME_KERNEL) != 0; }
     /// Gives up ownership: the caller must pass the token to rocev2_server_release.
     uint64_t detach() noexcept {
         srv_ = nullptr;

@@ -67,7 +67,9 @@ pub use config::{
 };
 pub use error::{Error, ErrorKind, Result};
 pub use gid::{detect_gid_index, host_ip_from_gid, Gid};
-pub use server::{BackendStats, Frame, Latency, LinkState, SoftStats, Stats, VerbsStats};
+pub use server::{
+    BackendStats, Frame, Latency, LinkState, RxTimeSource, SoftStats, Stats, VerbsStats,
+};
 
 use server::ServerCore;
 

@@ -37,20 +37,22 @@ class _HostParams(ctypes.Structure):
 
 
 FRAME_HAS_IMMEDIATE = 1  # rocev2_frame.flags (ROCEV2_FRAME_HAS_IMMEDIATE)
+FRAME_RX_TIME_KERNEL = 2  # ROCEV2_FRAME_RX_TIME_KERNEL: rx_time_ns is the kernel's stamp (since 2.4)
 
 
 class _Frame(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
                 ("data", ctypes.c_void_p), ("len", ctypes.c_uint32),
                 ("channel", ctypes.c_uint32), ("immediate", ctypes.c_uint32),
-                ("slot", ctypes.c_uint32), ("token", ctypes.c_uint64)]
+                ("slot", ctypes.c_uint32), ("token", ctypes.c_uint64),
+                ("rx_time_ns", ctypes.c_uint64)]  # since 2.4
 
 
 # One rocev2_frame as Server.poll_frames reads a batch: all records in one
 # struct.iter_unpack instead of a ctypes field read per field and frame.
-_FRAME_RECORD = struct.Struct("=IIQIIIIQ")
+_FRAME_RECORD = struct.Struct("=IIQIIIIQQ")
 _STRUCT_SIZE = struct.Struct("=I")  # a record's first field
-if ([getattr(_Frame, n).offset for n, *_ in _Frame._fields_] != [0, 4, 8, 16, 20, 24, 28, 32]
+if ([getattr(_Frame, n).offset for n, *_ in _Frame._fields_] != [0, 4, 8, 16, 20, 24, 28, 32, 40]
         or _FRAME_RECORD.size != ctypes.sizeof(_Frame)):
     raise ImportError("rocev2: _Frame's layout differs from the batch record")
 

@@ -5,7 +5,7 @@ import ctypes
 import typing
 import weakref
 
-from ._cdecl import FRAME_HAS_IMMEDIATE, _Frame
+from ._cdecl import FRAME_HAS_IMMEDIATE, FRAME_RX_TIME_KERNEL, _Frame
 from ._loader import _check, _last_error, _lib
 from ._errors import Status
 
@@ -29,9 +29,15 @@ class Frame:
     slice, ``.cast()``) share its memory but are not exports: they do not
     hold the slot, and after release they read whatever the slot receives
     next. Copy (``frame.tobytes()``, ``numpy.array(frame.data)``) to keep
-    the bytes."""
+    the bytes.
+
+    ``rx_time_ns`` is when the frame's last packet was received (host
+    CLOCK_REALTIME, nanoseconds since the epoch, comparable with
+    ``time.time_ns()``); ``rx_time_source`` says whose stamp: "kernel" (the
+    kernel's receive stamp, soft backend) or "poll" (the host clock when the
+    completion was polled, verbs)."""
     __slots__ = ("_server", "_handle", "_token", "data", "channel", "immediate", "has_immediate", "slot",
-                 "address")
+                 "address", "rx_time_ns", "rx_time_source")
 
     _server: Server
     _handle: typing.Optional[int]
@@ -42,6 +48,8 @@ class Frame:
     has_immediate: bool
     slot: int
     address: int
+    rx_time_ns: int
+    rx_time_source: str
 
     def __init__(self, server: Server, f: _Frame, handle: typing.Optional[int] = None) -> None:
         self._server = server
@@ -57,6 +65,8 @@ class Frame:
         # immediate are then 0); a 0-byte message is a frame like any other.
         self.has_immediate = bool(f.flags & FRAME_HAS_IMMEDIATE)
         self.slot = f.slot
+        self.rx_time_ns = f.rx_time_ns
+        self.rx_time_source = _rx_source(f.flags)
         self._token = f.token  # last: a frame interrupted before it owns no loan
 
     @property
@@ -117,7 +127,7 @@ class Frame:
         each, with ``data`` a slice of the slab's view."""
         new, base, size, whole = cls.__new__, slab.base, slab.size, slab.whole
         append = frames.append
-        for _, flags, address, length, channel, immediate, slot, token in records:
+        for _, flags, address, length, channel, immediate, slot, token, rx_time_ns in records:
             f = new(cls)
             f._server = server
             f._handle = handle
@@ -128,6 +138,8 @@ class Frame:
             f.immediate = immediate
             f.has_immediate = flags & FRAME_HAS_IMMEDIATE != 0
             f.slot = slot
+            f.rx_time_ns = rx_time_ns
+            f.rx_time_source = "kernel" if flags & FRAME_RX_TIME_KERNEL else "poll"
             # The loan, then into the list: nothing Python checks for a
             # signal at runs between, so each loan is the list's or a record's.
             f._token = token
@@ -137,6 +149,11 @@ class Frame:
     def __repr__(self) -> str:
         return (f"Frame(channel={self.channel}, len={len(self)}, "
                 f"ring_position={self.ring_position}, slot={self.slot})")
+
+
+def _rx_source(flags: int) -> str:
+    """rocev2_frame.flags' receive-time source: "kernel" or "poll"."""
+    return "kernel" if flags & FRAME_RX_TIME_KERNEL else "poll"
 
 
 class _SlabView:

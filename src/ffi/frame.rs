@@ -8,11 +8,18 @@ use super::rocev2_status;
 use super::server::{core_ref, rocev2_server};
 use super::sized::{caller_size, put_sized, SizedStruct};
 use crate::error::{Error, ErrorKind};
-use crate::server::Frame;
+use crate::server::{Frame, RxTimeSource};
 
 /// `rocev2_frame.flags`: the message carried an immediate (`channel` and
 /// `immediate` are valid; surf's engine always sends one).
 pub const ROCEV2_FRAME_HAS_IMMEDIATE: u32 = 1;
+/// `rocev2_frame.flags`: `rx_time_ns` is the kernel's receive stamp of the
+/// frame's last packet (soft backend; SO_TIMESTAMPNS, CLOCK_REALTIME). Since 2.4.
+pub const ROCEV2_FRAME_RX_TIME_KERNEL: u32 = 2;
+/// `rocev2_frame.flags`: `rx_time_ns` is the host clock (CLOCK_REALTIME)
+/// when the receive thread polled the completion (verbs backend: the NIC
+/// delivers without the kernel). Since 2.4.
+pub const ROCEV2_FRAME_RX_TIME_POLL: u32 = 4;
 
 /// A received frame on loan. `data` points into the receive slab (zero copy)
 /// and stays valid until `token` is released with rocev2_server_release. A
@@ -38,13 +45,19 @@ pub struct rocev2_frame {
     pub slot: u32,
     /// Release token: pass to rocev2_server_release exactly once. Never 0.
     pub token: u64,
+    /// When the frame's last packet was received: CLOCK_REALTIME,
+    /// nanoseconds since the Unix epoch; `flags` says whose stamp
+    /// (ROCEV2_FRAME_RX_TIME_KERNEL or _POLL). Written when struct_size
+    /// covers it (poll: the caller's struct_size; callback: always). Since 2.4.
+    pub rx_time_ns: u64,
 }
 
 // SAFETY: #[repr(C)], starts with u32 struct_size, plain data.
 unsafe impl SizedStruct for rocev2_frame {
     const NAME: &'static str = "rocev2_frame";
-    // Written only, but the token must fit.
-    const SMALLEST: usize = std::mem::size_of::<rocev2_frame>();
+    // Written only, but the token must fit: ABI 2.0's struct, which ended
+    // after it.
+    const SMALLEST: usize = std::mem::offset_of!(rocev2_frame, rx_time_ns);
     const READ: bool = false;
 }
 
@@ -53,10 +66,14 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
     // Pointer and length from one slice: they always describe readable bytes.
     let (data, len) = (f.data().as_ptr(), f.data().len() as u32);
     let (channel, immediate, slot) = (f.channel() as u32, f.immediate().unwrap_or(0), f.slot());
+    let rx_time_ns = f.rx_time_ns();
     let flags = if f.has_immediate() {
         ROCEV2_FRAME_HAS_IMMEDIATE
     } else {
         0
+    } | match f.rx_time_source() {
+        RxTimeSource::Kernel => ROCEV2_FRAME_RX_TIME_KERNEL,
+        RxTimeSource::Poll => ROCEV2_FRAME_RX_TIME_POLL,
     };
     let (token, _core) = f.into_token();
     rocev2_frame {
@@ -68,6 +85,7 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
         immediate,
         slot,
         token,
+        rx_time_ns,
     }
 }
 

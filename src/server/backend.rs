@@ -101,6 +101,13 @@ pub(crate) trait Backend: Send {
              leave measure_latency off",
         ))
     }
+    /// Asks the transport to stamp every completion with the kernel's
+    /// receive time of its last packet (`Completion::rx_ns`); true when it
+    /// will, false when it cannot (the core then stamps the host clock at
+    /// poll: the verbs backend, whose NIC delivers without the kernel).
+    fn stamp_receives(&mut self) -> Result<bool> {
+        Ok(false)
+    }
     /// Packets seen so far, for the link's "time since the last packet"
     /// (a backend that sees only completions keeps 0: the core stamps those).
     fn packets_seen(&self) -> u64 {

@@ -38,6 +38,19 @@ impl Token {
     }
 }
 
+/// Where a frame's receive time ([`Frame::rx_time_ns`]) comes from. Either
+/// way it is the host's CLOCK_REALTIME, in nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxTimeSource {
+    /// The kernel's receive stamp of the frame's last packet (soft backend:
+    /// `SO_TIMESTAMPNS`, taken in the kernel's receive path).
+    Kernel,
+    /// The host clock when the receive thread polled the completion (verbs:
+    /// the NIC delivers without the kernel; later than the packet by the
+    /// completion's wait in the CQ).
+    Poll,
+}
+
 /// A received frame on loan: `data()` points into the slab (zero copy). The
 /// slot is re-posted when the frame is dropped (or its token released).
 pub struct Frame {
@@ -50,6 +63,10 @@ pub struct Frame {
     pub(super) gen: u32,
     pub(super) len: u32,
     pub(super) imm: Option<u32>,
+    /// When its last packet was received (CLOCK_REALTIME ns) and how that
+    /// is known.
+    pub(super) rx_ns: u64,
+    pub(super) rx_src: RxTimeSource,
 }
 
 impl Frame {
@@ -84,6 +101,17 @@ impl Frame {
     /// The FPGA's ring position: immediate bits \[31:8\] (0 without one).
     pub fn ring_position(&self) -> u32 {
         self.imm.unwrap_or(0) >> 8
+    }
+    /// When the frame's last packet was received: host CLOCK_REALTIME,
+    /// nanoseconds since the Unix epoch ([`Frame::rx_time_source`] says
+    /// whose stamp it is).
+    pub fn rx_time_ns(&self) -> u64 {
+        self.rx_ns
+    }
+    /// Where [`Frame::rx_time_ns`] comes from: the kernel's receive stamp
+    /// (soft) or the host clock at poll (verbs).
+    pub fn rx_time_source(&self) -> RxTimeSource {
+        self.rx_src
     }
     /// The receive slot index (its address is `mr_addr + slot * max_payload`).
     pub fn slot(&self) -> u32 {
@@ -127,6 +155,8 @@ impl std::fmt::Debug for Frame {
             .field("len", &self.len)
             .field("channel", &self.channel())
             .field("imm", &self.imm.map(|i| format!("{i:#010x}")))
+            .field("rx_time_ns", &self.rx_ns)
+            .field("rx_time_source", &self.rx_src)
             .finish()
     }
 }

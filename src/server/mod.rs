@@ -37,7 +37,7 @@ use crate::sys::{random_u32, EventFd};
 use crate::wire::MASK_24;
 
 pub(crate) use backend::{Backend, BackendInfo, Completion, CompletionKind, POLL_BATCH};
-pub use frame::Frame;
+pub use frame::{Frame, RxTimeSource};
 use latency::Histogram;
 pub use latency::Latency;
 pub(crate) use slab::Slab;
@@ -74,8 +74,10 @@ struct PendingFrame {
     gen: u32,
     len: u32,
     imm: Option<u32>,
-    /// The kernel's receive stamp of its last packet (0: not measured).
+    /// When its last packet was received (CLOCK_REALTIME ns), and whose
+    /// stamp that is.
     rx_ns: u64,
+    rx_src: RxTimeSource,
 }
 
 /// The state shared by the server handle, its receive thread and its loans.
@@ -113,6 +115,9 @@ pub struct ServerCore {
     activity: Activity,
     /// The soft backend's ACK turnaround (its receive thread records).
     turnaround: Arc<Histogram>,
+    /// The backend stamps completions with the kernel's receive time (else
+    /// the core stamps the host clock at poll).
+    kernel_stamps: bool,
     /// Kernel receive stamp to the callback's entry or the poll's return.
     delivery: Histogram,
     #[cfg(test)]
@@ -152,6 +157,16 @@ impl ServerCore {
         let slab = Arc::new(Slab::new(cfg.max_payload, cfg.rx_queue_depth)?);
         let mut backend = make_backend(&slab)?;
         let turnaround = Arc::new(Histogram::default());
+        let kernel_stamps = match backend.stamp_receives() {
+            Ok(k) => k,
+            Err(e) => {
+                log::warn!(
+                    "{e}; frames carry the host clock at poll as their receive time instead of \
+                     the kernel's receive stamp"
+                );
+                false
+            }
+        };
         if cfg.measure_latency {
             backend.measure_latency(Arc::clone(&turnaround))?;
         }
@@ -208,6 +223,7 @@ impl ServerCore {
             exited_cv: Condvar::new(),
             activity: Activity::new(),
             turnaround,
+            kernel_stamps,
             delivery: Histogram::default(),
             #[cfg(test)]
             test_hooks: Default::default(),
@@ -457,7 +473,7 @@ impl ServerCore {
     /// The loan of a frame taken from the pull queue.
     /// A frame taken from the pull queue: its delivery latency ends here.
     fn queued_frame(self: &Arc<Self>, p: PendingFrame) -> Frame {
-        if p.rx_ns != 0 {
+        if self.measures_delivery(p.rx_src) {
             self.delivery.since(p.rx_ns, latency::now_ns());
         }
         Frame {
@@ -466,7 +482,15 @@ impl ServerCore {
             gen: p.gen,
             len: p.len,
             imm: p.imm,
+            rx_ns: p.rx_ns,
+            rx_src: p.rx_src,
         }
+    }
+
+    /// Whether a frame's delivery latency is measured: asked for
+    /// (`measure_latency`), from a kernel receive stamp.
+    fn measures_delivery(&self, src: RxTimeSource) -> bool {
+        self.cfg.measure_latency && src == RxTimeSource::Kernel
     }
 
     /// Up to `max` frames: waits like `poll_frame` for the first, then hands

@@ -774,3 +774,35 @@ fn the_fpga_counter_is_checked_when_asked() {
         h.core.stop();
     }
 }
+
+/// Every frame carries a receive time: a backend that stamps nothing (the
+/// verbs case) gets the host clock at poll, source Poll, between the send
+/// and the delivery, on the callback and on the pull queue alike.
+#[test]
+fn frames_carry_the_host_clock_at_poll_when_the_backend_stamps_nothing() {
+    for pull in [false, true] {
+        let h = Harness::new(4, 64);
+        let (tx, rx) = mpsc::channel();
+        if !pull {
+            h.core
+                .set_frame_callback(move |f: Frame| {
+                    tx.send((f.rx_time_ns(), f.rx_time_source(), latency::now_ns()))
+                        .unwrap();
+                })
+                .unwrap();
+        }
+        h.connect();
+        let before = latency::now_ns();
+        h.send(&[1, 2, 3], 0);
+        let (at, src, after) = if pull {
+            let f = h.core.poll_frame(Some(Duration::from_secs(20))).unwrap();
+            let f = f.expect("the frame arrives");
+            (f.rx_time_ns(), f.rx_time_source(), latency::now_ns())
+        } else {
+            rx.recv_timeout(Duration::from_secs(20)).unwrap()
+        };
+        assert_eq!(src, RxTimeSource::Poll, "pull {pull}");
+        assert!(before <= at && at <= after, "{before} <= {at} <= {after}");
+        h.core.stop();
+    }
+}

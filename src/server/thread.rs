@@ -362,6 +362,9 @@ impl ServerCore {
             ..
         } = rx;
         let mut queued = 0;
+        // The host clock at poll, for completions the backend did not stamp
+        // (read once per batch, when one needs it).
+        let mut poll_ns = 0;
         for c in completions.iter() {
             if self.stopping.load(Ordering::Acquire) {
                 break;
@@ -408,7 +411,15 @@ impl ServerCore {
             if let (Some(check), Some(imm)) = (counter.as_mut(), imm) {
                 self.check_counter(check, imm >> 8, beyond_logged);
             }
-            self.deliver(c, len, imm, callback, cores)?;
+            let rx = if self.kernel_stamps && c.rx_ns != 0 {
+                (c.rx_ns, RxTimeSource::Kernel)
+            } else {
+                if poll_ns == 0 {
+                    poll_ns = latency::now_ns();
+                }
+                (poll_ns, RxTimeSource::Poll)
+            };
+            self.deliver(c, len, imm, rx, callback, cores)?;
             queued += callback.is_none() as usize;
         }
         self.wake_pullers(queued);
@@ -482,6 +493,7 @@ impl ServerCore {
         c: &Completion,
         len: u32,
         imm: Option<u32>,
+        (rx_ns, rx_src): (u64, RxTimeSource),
         callback: &mut Option<FrameCallback>,
         cores: &mut Vec<Arc<ServerCore>>,
     ) -> Result<()> {
@@ -504,7 +516,8 @@ impl ServerCore {
                     gen,
                     len,
                     imm,
-                    rx_ns: c.rx_ns,
+                    rx_ns,
+                    rx_src,
                 });
             // Waiting pollers are woken once for the batch (`wake_pullers`).
             return Ok(());
@@ -515,9 +528,11 @@ impl ServerCore {
             gen,
             len,
             imm,
+            rx_ns,
+            rx_src,
         };
-        if c.rx_ns != 0 {
-            self.delivery.since(c.rx_ns, latency::now_ns());
+        if self.measures_delivery(rx_src) {
+            self.delivery.since(rx_ns, latency::now_ns());
         }
         if catch_unwind(AssertUnwindSafe(|| cb(frame))).is_err() {
             bump(&self.counters.callback_panics, 1);

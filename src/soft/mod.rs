@@ -743,6 +743,11 @@ impl Backend for SoftBackend {
         self.own.packets_rx
     }
 
+    fn stamp_receives(&mut self) -> Result<bool> {
+        self.io.enable_rx_timestamps()?;
+        Ok(true)
+    }
+
     fn measure_latency(&mut self, turnaround: Arc<Histogram>) -> Result<()> {
         self.io.enable_rx_timestamps()?;
         self.ack_due.reserve(POLL_BATCH * 2);

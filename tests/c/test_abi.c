@@ -246,6 +246,12 @@ static void stats_grew_in_2_1(rocev2_server* srv) {
     size_t got = 99;
     fr[0].struct_size = 4;
     CHECK(rocev2_server_poll_frames(srv, 0, fr, 4, &got) == ROCEV2_ERR_INVALID_ARGUMENT && got == 0);
+    /* A 2.3 caller's frame (before rx_time_ns) is accepted; shorter is not. */
+    fr[0].struct_size = (uint32_t)offsetof(rocev2_frame, rx_time_ns);
+    CHECK(rocev2_server_poll_frames(srv, 0, fr, 4, &got) == ROCEV2_ERR_TIMEOUT && got == 0);
+    CHECK(rocev2_server_poll_frame(srv, 0, fr) == ROCEV2_ERR_TIMEOUT);
+    fr[0].struct_size = (uint32_t)offsetof(rocev2_frame, rx_time_ns) - 1;
+    CHECK(rocev2_server_poll_frame(srv, 0, fr) == ROCEV2_ERR_INVALID_ARGUMENT);
     fr[0].struct_size = sizeof fr[0];
     CHECK(rocev2_server_poll_frames(srv, 0, fr, 0, &got) == ROCEV2_ERR_INVALID_ARGUMENT);
     CHECK(rocev2_server_poll_frames(srv, 0, fr, 4, NULL) == ROCEV2_ERR_NULL_POINTER);
