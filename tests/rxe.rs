@@ -402,6 +402,55 @@ fn cli() -> &'static str {
     env!("CARGO_BIN_EXE_rocev2")
 }
 
+/// A verbs server on rxe2 for the emulator in netns "peer" (10.78.0.2),
+/// `depth` slots of 4096 bytes, whose callback checks each frame's pattern
+/// and order (frames seen, frames wrong) and, with `pause_at`, sleeps 1 s
+/// in the callback of that frame (no receive re-posted meanwhile).
+fn rxe2_server_checking_frames(
+    depth: u32,
+    pause_at: Option<u64>,
+) -> (Server, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let server = Server::create(
+        &device("rxe2", env_u8("RXE2_GID_IDX")),
+        &server_cfg(depth, 4096),
+    )
+    .unwrap();
+    server
+        .set_fpga_gid(Gid::parse("10.78.0.2").unwrap())
+        .unwrap();
+    let next = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicU64::new(0));
+    let (n2, b2) = (next.clone(), bad.clone());
+    server
+        .set_frame_callback(move |f| {
+            let want = n2.fetch_add(1, Ordering::SeqCst);
+            if pattern::check(f.data()) != Ok(want) {
+                b2.fetch_add(1, Ordering::SeqCst);
+            }
+            if pause_at == Some(want) {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+        .unwrap();
+    (server, next, bad)
+}
+
+/// `rocev2 fpga-sim` in netns "peer" streaming `n` 4096-byte frames to the
+/// connected `server` on rxe2 (QP 0x4242), with `extra` options; checks it
+/// succeeded.
+fn fpga_sim_in_peer(server: &Server, n: u64, extra: &[&str]) -> std::process::Output {
+    let hp = server.host_params();
+    common::output_ok(
+        Command::new("ip")
+            .args(["netns", "exec", "peer", cli(), "fpga-sim"])
+            .args(["--bind", "10.78.0.2:4791", "--host", "10.78.0.1:4791"])
+            .args(["--host-qpn", &hp.qpn.to_string()])
+            .args(["--psn", &hp.sq_psn.to_string(), "--qpn", "0x4242"])
+            .args(["--frames", &n.to_string(), "--size", "4096"])
+            .args(extra),
+    )
+}
+
 #[test]
 #[ignore = "runs in the rxe VM: tests/vm/run.sh"]
 fn interop_kernel_requester_to_soft_backend() {
@@ -481,64 +530,11 @@ fn interop_kernel_requester_to_soft_backend() {
 #[ignore = "runs in the rxe VM: tests/vm/run.sh"]
 fn interop_emulator_to_kernel_verbs_server() {
     // The rocev2 FPGA emulator in netns "peer" -> a verbs server on rxe2.
-    let server = Server::create(
-        &device("rxe2", env_u8("RXE2_GID_IDX")),
-        &server_cfg(64, 4096),
-    )
-    .unwrap();
-    server
-        .set_fpga_gid(Gid::parse("10.78.0.2").unwrap())
-        .unwrap();
-    let next = Arc::new(AtomicU64::new(0));
-    let bad = Arc::new(AtomicU64::new(0));
-    let (n2, b2) = (next.clone(), bad.clone());
-    server
-        .set_frame_callback(move |f| {
-            let want = n2.fetch_add(1, Ordering::SeqCst);
-            if pattern::check(f.data()) != Ok(want) {
-                b2.fetch_add(1, Ordering::SeqCst);
-            }
-        })
-        .unwrap();
+    let (server, next, bad) = rxe2_server_checking_frames(64, None);
     connect(&server, 0x4242);
-    let hp = server.host_params();
     let n = 2000u64;
     let t0 = Instant::now();
-    let sim = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            "peer",
-            cli(),
-            "fpga-sim",
-            "--bind",
-            "10.78.0.2:4791",
-            "--host",
-            "10.78.0.1:4791",
-        ])
-        .args([
-            "--host-qpn",
-            &hp.qpn.to_string(),
-            "--psn",
-            &hp.sq_psn.to_string(),
-            "--qpn",
-            "0x4242",
-        ])
-        .args([
-            "--frames",
-            &n.to_string(),
-            "--size",
-            "4096",
-            "--channels",
-            "3",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        sim.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sim.stderr)
-    );
+    let sim = fpga_sim_in_peer(&server, n, &["--channels", "3"]);
     wait_for(&next, n);
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!(
@@ -817,4 +813,48 @@ fn two_servers_on_one_port_only_the_quiet_one_gets_the_verdict() {
         "A received all along: no verdict from the port's counters ({a_then} frames at B's verdict)"
     );
     println!("two servers: A {a_then}/{total} frames at B's verdict; B {vb:?}");
+}
+
+/// issue 36 on verbs: `fpga-sim --faults sticky-half` (every packet twice
+/// after its first RNR NAK) into a verbs server on rxe2 whose consumer
+/// pauses once (1 s in the callback after frame 300: no receive re-posted,
+/// rxe RNR-NAKs). rxe drops each second copy as a duplicate request; the
+/// server reads the port's duplicate_request and names the duplicating
+/// peer. Every frame arrives once, in order.
+#[test]
+#[ignore = "runs in the rxe VM: tests/vm/run.sh"]
+fn a_sticky_half_fpga_on_verbs_is_named_a_duplicating_peer() {
+    let (server, next, bad) = rxe2_server_checking_frames(16, Some(300));
+    let hp = server.host_params();
+    server
+        .complete_connection(&ConnectParams::new(0x4242, hp.sq_psn, 5, 12).unwrap())
+        .unwrap();
+    let n = 3000u64;
+    let sim = fpga_sim_in_peer(&server, n, &["--faults", "sticky-half"]);
+    let json = String::from_utf8_lossy(&sim.stdout);
+    wait_for(&next, n);
+    assert_eq!(next.load(Ordering::SeqCst), n, "{json}");
+    assert_eq!(bad.load(Ordering::SeqCst), 0);
+    assert!(number(&json, "rnr_naks") > 0, "{json}");
+    assert!(number(&json, "sent_twice") > 1000, "{json}");
+    // The verdict is drawn from the port's counter, read while no
+    // completion comes: wait (bounded) for it.
+    let t0 = Instant::now();
+    while server.stats().duplicating_peers == 0 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = server.stats();
+    let v = s.verbs();
+    println!(
+        "RXE-STICKY {json} port_duplicates {} {s:?}",
+        v.port_duplicates
+    );
+    assert!(v.port_duplicates > 1000, "{s:?}");
+    assert_eq!(s.duplicating_peers, 1, "{s:?}");
+    assert_eq!(s.duplicating_peer, 1, "{s:?}");
+    assert_eq!(
+        v.peer_restarts, 0,
+        "a duplicating peer is no restart: {s:?}"
+    );
+    server.stop();
 }

@@ -34,3 +34,15 @@ pub fn recv_command() -> std::process::Command {
     ]);
     c
 }
+
+/// Runs `cmd` to its end; panics with its stderr unless it succeeded.
+#[allow(dead_code)] // not every test crate runs commands
+pub fn output_ok(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
