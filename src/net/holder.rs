@@ -67,7 +67,8 @@ fn holder(addr: SocketAddrV4, shared: bool) -> String {
     let Some(h) = find_holder(addr) else {
         return format!("another socket holds it (not found in /proc/net/udp): {what_to_do}");
     };
-    if h.inode == 0 {
+    let owner = owner_of(h.inode);
+    if owner.is_none() && kernel_holds(h.inode, addr.port()) {
         let rxe = std::path::Path::new("/sys/module/rdma_rxe").exists();
         return if rxe {
             format!(
@@ -99,7 +100,7 @@ fn holder(addr: SocketAddrV4, shared: bool) -> String {
     } else {
         String::new()
     };
-    let who = match owner_of(h.inode) {
+    let who = match owner {
         Some(pid) if pid == std::process::id() => "this process".to_string(),
         Some(pid) => {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -111,6 +112,13 @@ fn holder(addr: SocketAddrV4, shared: bool) -> String {
         "{who} holds it (a socket on {}){share}: {what_to_do}",
         h.local
     )
+}
+
+/// True when the socket with `inode` (no process has it open) is the
+/// kernel's: inode 0, or RoCEv2's port while rdma_rxe is loaded (its tunnel
+/// socket has an inode no process holds).
+fn kernel_holds(inode: u64, port: u16) -> bool {
+    inode == 0 || (port == 4791 && std::path::Path::new("/sys/module/rdma_rxe").exists())
 }
 
 /// A socket from /proc/net/udp.
