@@ -1015,7 +1015,11 @@ rocev2_status rocev2_server_create(const rocev2_device *dev, const rocev2_server
 
 /**
  * Sets the FPGA's GID (16 bytes; IPv4-mapped ::ffff:a.b.c.d, see
- * rocev2_gid_parse). Before complete_connection.
+ * rocev2_gid_parse). Before complete_connection. Soft: from here on the
+ * server's socket takes this FPGA's packets (they wait for
+ * complete_connection); ROCEV2_ERR_INVALID_ARGUMENT when another server of this
+ * process on the same address and port receives from that FPGA address
+ * (docs/operations.md, "Several FPGAs on one host").
  *
  * Thread safety: any thread; not concurrently with
  * rocev2_server_complete_connection or rocev2_server_destroy on the same

@@ -223,7 +223,10 @@ impl Server {
         self.core.end_cause()
     }
     /// Stores the FPGA's GID (IPv4-mapped for RoCEv2); before
-    /// [`complete_connection`](Self::complete_connection).
+    /// [`complete_connection`](Self::complete_connection). Soft: from here
+    /// on the server's socket takes this FPGA's packets (they wait for
+    /// `complete_connection`); an error when another server of this process
+    /// on the same address and port receives from that FPGA address.
     pub fn set_fpga_gid(&self, gid: Gid) -> Result<()> {
         self.core.set_fpga_gid(gid)
     }

@@ -237,10 +237,17 @@ fn errors_name_flags_and_come_before_anything_is_created() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
     assert!(
-        err.contains(&format!("--bind/--port: cannot bind UDP 127.0.0.1:{port}")),
+        err.contains(&format!(
+            "--bind/--port: binding UDP 127.0.0.1:{port} failed"
+        )),
         "{err}"
     );
     assert!(err.contains("in use"), "{err}");
+    // The holder named: this test's process (its socket does not share).
+    assert!(
+        err.contains(&format!("another process, pid {}", std::process::id())),
+        "{err}"
+    );
     // --faults is echoed in its own syntax.
     let o = run(&[
         "demo",

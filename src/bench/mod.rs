@@ -216,7 +216,7 @@ const SERVER_THREAD: &str = crate::server::RECEIVE_THREAD_NAME;
 /// -> re-post, with ICRC on every packet sent and every ACK.
 pub fn soft_end_to_end(s: E2eSetup) -> Result<E2e> {
     let pinned = pin_to(0, s.pin);
-    let mut link = Link::new(&s, pinned.is_some().then_some(1))?;
+    let mut link = Link::new(&s, pinned.is_some().then_some(1), 0, None)?;
     let cpu0 = thread_cpu_ns(SERVER_THREAD);
     let t0 = Instant::now();
     let emu_cpu = link.stream(&s)?;
@@ -245,12 +245,20 @@ struct Link {
 }
 
 impl Link {
-    /// The server (its receive thread on `cpu`) and the emulator for `s`.
-    fn new(s: &E2eSetup, cpu: Option<u32>) -> Result<Link> {
+    /// The server (its receive thread on `cpu`, on 127.0.0.1:`port`, 0 = a
+    /// free port) and the emulator for `s` (from `fpga`; None: the
+    /// server's address).
+    fn new(
+        s: &E2eSetup,
+        cpu: Option<u32>,
+        port: u16,
+        fpga: Option<std::net::Ipv4Addr>,
+    ) -> Result<Link> {
         use crate::config::{ConnectParams, ServerConfig, SoftConfig};
         use crate::emulator::{EmulatorConfig, FpgaEmulator};
         let soft = SoftConfig {
             icrc_check: s.icrc,
+            udp_port: port,
             ..SoftConfig::ephemeral("127.0.0.1")
         };
         let server = crate::Server::create(
@@ -266,6 +274,9 @@ impl Link {
         )?;
         let hp = server.host_params();
         let mut ecfg = EmulatorConfig::for_server(&hp)?;
+        if let Some(ip) = fpga {
+            ecfg.bind = std::net::SocketAddrV4::new(ip, 0);
+        }
         ecfg.pmtu = s.pmtu;
         ecfg.window = s.window;
         ecfg.rate = s.rate;
@@ -358,12 +369,49 @@ pub struct Links {
 
 /// `links` soft servers in this process, each fed by its own emulator (on a
 /// thread of its own) as `s` says, all at once: the emulators' threads on
-/// CPU 0, the servers' on CPU 1 (with `s.pin`, when there are two).
+/// CPU 0, the servers' on CPU 1 (with `s.pin`, when there are two). Each
+/// server on a port of its own, each emulator from 127.0.0.1.
 pub fn soft_links(s: E2eSetup, links: usize) -> Result<Links> {
-    let pin = s.pin && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    let mut all = (0..links.max(1))
-        .map(|_| Link::new(&s, pin.then_some(1)))
+    let all = (0..links.max(1))
+        .map(|_| Link::new(&s, pinned_cpu(s.pin), 0, None))
         .collect::<Result<Vec<_>>>()?;
+    run_links(s, all)
+}
+
+/// How `links` servers listen: all on one address and port, or each on a
+/// port of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ports {
+    /// One port for all (`SO_REUSEPORT`, each socket connected to its FPGA).
+    Shared,
+    /// A free port each.
+    Separate,
+}
+
+/// [`soft_links`] with emulators from 127.0.0.2, 127.0.0.3, ... (one
+/// address per FPGA, as a shared port needs) and the servers' `ports`.
+pub fn soft_links_on(s: E2eSetup, links: usize, ports: Ports) -> Result<Links> {
+    let mut all: Vec<Link> = Vec::new();
+    for i in 0..links.max(1) as u32 {
+        let port = match (ports, all.first()) {
+            (Ports::Shared, Some(l)) => l.server.host_params().udp_port,
+            _ => 0,
+        };
+        let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(127, 0, 0, 2)) + i);
+        all.push(Link::new(&s, pinned_cpu(s.pin), port, Some(ip))?);
+    }
+    run_links(s, all)
+}
+
+/// CPU 1 for the servers' threads with `pin`, when there are two.
+fn pinned_cpu(pin: bool) -> Option<u32> {
+    let two = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    (pin && two).then_some(1)
+}
+
+/// Streams every link at once, each emulator on a thread of its own.
+fn run_links(s: E2eSetup, mut all: Vec<Link>) -> Result<Links> {
+    let pin = pinned_cpu(s.pin).is_some();
     let cpu0 = thread_cpu_ns(SERVER_THREAD);
     let t0 = Instant::now();
     let runs = std::thread::scope(|scope| {

@@ -2,7 +2,7 @@
 //! an AF_PACKET socket behind a classic-BPF filter, so every received ICRC
 //! can be checked (it covers the IP ID, which a UDP socket never shows).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{setsockopt_int, UdpIo};
@@ -24,7 +24,13 @@ impl UdpIo {
         let (ifindex, ifname) = interface_of(*local.ip())?;
         check_link_type(&ifname)?;
         let raw = packet_socket(&ifname)?;
-        let prog = capture_filter(*local.ip(), local.port());
+        // A connected socket (`bind_shared`, `connect_peer`) receives from
+        // its peer only: the capture too.
+        let peer = match self.sock.peer_addr() {
+            Ok(std::net::SocketAddr::V4(p)) => Some(p),
+            _ => None,
+        };
+        let prog = capture_filter(*local.ip(), local.port(), peer);
         attach_filter(raw.as_raw_fd(), &prog, "the raw capture filter")?;
         // SAFETY: plain-data struct; zeroed is a valid initial value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -71,6 +77,19 @@ impl UdpIo {
         let mut scratch = [0u8; 1];
         while self.sock.recv_from(&mut scratch).is_ok() {}
         Ok(ifname)
+    }
+}
+
+impl UdpIo {
+    /// Raw capture mode: passes only `peer`'s packets (port 0: any port of
+    /// its address) from now on, as the connected UDP socket receives.
+    pub(super) fn narrow_capture(&mut self, peer: SocketAddrV4) -> Result<()> {
+        let local = self.local_addr()?;
+        let Some(raw) = &self.raw else {
+            return Ok(());
+        };
+        let prog = capture_filter(*local.ip(), local.port(), Some(peer));
+        attach_filter(raw.as_raw_fd(), &prog, "the raw capture filter")
     }
 }
 
@@ -185,39 +204,94 @@ fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
+/// A filter that passes nothing (a socket that only sends).
+pub(crate) const NOTHING: [libc::sock_filter; 1] = [libc::sock_filter {
+    code: BPF_RET | BPF_K,
+    jt: 0,
+    jf: 0,
+    k: 0,
+}];
+
+/// Where a check's jump goes when it decides: on a mismatch (`IfFalse`) or
+/// a match (`IfTrue`) the packet is rejected; `No`: not a jump.
+#[derive(Clone, Copy)]
+enum Reject {
+    No,
+    IfFalse,
+    IfTrue,
+}
+
 /// Classic BPF for a SOCK_RAW packet socket on an Ethernet or loopback link
 /// (offsets from the 14-byte link header): accept unfragmented IPv4/UDP to
 /// `ip`:`port` that is not our own outgoing copy (loopback shows each packet
-/// twice).
-fn capture_filter(ip: Ipv4Addr, port: u16) -> Vec<libc::sock_filter> {
+/// twice); with `peer`, only from its address (and its port unless 0), as
+/// the connected UDP socket beside it receives.
+fn capture_filter(ip: Ipv4Addr, port: u16, peer: Option<SocketAddrV4>) -> Vec<libc::sock_filter> {
     const L: u32 = 14;
-    vec![
-        /* 0 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, L),
-        /* 1 */ bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xf0),
-        /* 2 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 12, 0x40),
-        /* 3 */ bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, L + 9),
-        /* 4 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 10, 17),
-        /* 5 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, L + 16),
-        /* 6 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 8, u32::from(ip)),
-        /* 7 */ bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, L + 6),
-        /* 8 */ bpf(BPF_JMP | BPF_JSET | BPF_K, 6, 0, 0x3fff),
-        /* 9 */ bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, L),
-        /* 10 */ bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, L + 2),
-        /* 11 */ bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, port as u32),
-        /* 12 */ bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_PKTTYPE),
-        /* 13 */
-        bpf(
-            BPF_JMP | BPF_JEQ | BPF_K,
-            1,
-            0,
-            libc::PACKET_OUTGOING as u32,
+    use Reject::*;
+    let mut steps = vec![
+        (bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, L), No),
+        (bpf(BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xf0), No),
+        (bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 0x40), IfFalse),
+        (bpf(BPF_LD | BPF_B | BPF_ABS, 0, 0, L + 9), No),
+        (bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 17), IfFalse),
+        (bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, L + 16), No),
+        (bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, u32::from(ip)), IfFalse),
+    ];
+    if let Some(p) = peer {
+        steps.push((bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, L + 12), No));
+        steps.push((
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, u32::from(*p.ip())),
+            IfFalse,
+        ));
+    }
+    steps.extend([
+        (bpf(BPF_LD | BPF_H | BPF_ABS, 0, 0, L + 6), No),
+        (bpf(BPF_JMP | BPF_JSET | BPF_K, 0, 0, 0x3fff), IfTrue),
+        (bpf(BPF_LDX | BPF_B | BPF_MSH, 0, 0, L), No),
+        (bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, L + 2), No),
+        (bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, port as u32), IfFalse),
+    ]);
+    if let Some(p) = peer.filter(|p| p.port() != 0) {
+        steps.push((bpf(BPF_LD | BPF_H | BPF_IND, 0, 0, L), No));
+        steps.push((
+            bpf(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, p.port() as u32),
+            IfFalse,
+        ));
+    }
+    steps.extend([
+        (bpf(BPF_LD | BPF_W | BPF_ABS, 0, 0, SKF_AD_PKTTYPE), No),
+        (
+            bpf(
+                BPF_JMP | BPF_JEQ | BPF_K,
+                0,
+                0,
+                libc::PACKET_OUTGOING as u32,
+            ),
+            IfTrue,
         ),
-        /* 14 */ bpf(BPF_RET | BPF_K, 0, 0, 0x0004_0000),
-        /* 15 */ bpf(BPF_RET | BPF_K, 0, 0, 0),
-    ]
+        (bpf(BPF_RET | BPF_K, 0, 0, 0x0004_0000), No),
+    ]);
+    // The reject (`ret 0`) follows the last step.
+    let reject = steps.len();
+    let mut prog: Vec<libc::sock_filter> = steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, (mut op, r))| {
+            let to = (reject - i - 1) as u8;
+            match r {
+                No => {}
+                IfFalse => op.jf = to,
+                IfTrue => op.jt = to,
+            }
+            op
+        })
+        .collect();
+    prog.push(bpf(BPF_RET | BPF_K, 0, 0, 0));
+    prog
 }
 
-fn attach_filter(fd: RawFd, prog: &[libc::sock_filter], what: &str) -> Result<()> {
+pub(crate) fn attach_filter(fd: RawFd, prog: &[libc::sock_filter], what: &str) -> Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,

@@ -11,6 +11,7 @@
 
 pub(crate) mod capture;
 mod fit;
+mod holder;
 mod rx;
 
 pub(crate) use rx::MAX_SEGS;
@@ -140,6 +141,10 @@ fn iovec(at: *mut u8, len: usize) -> libc::iovec {
 /// A bound, non-blocking UDP socket with receive buffers for a batch.
 pub struct UdpIo {
     sock: UdpSocket,
+    // After `connect_peer`: the socket replies leave from (unconnected, so
+    // its DF packets carry IP ID 0, which their ICRC covers; the connected
+    // `sock` would number them itself). None: `sock` sends.
+    tx: Option<UdpSocket>,
     // Raw capture mode: packets are read here, IP header included (their
     // ICRC is checked), and the UDP socket only sends.
     raw: Option<OwnedFd>,
@@ -208,6 +213,22 @@ fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32, what: &str) -> R
     Ok(())
 }
 
+/// Sets `sock` (`what` names it) non-blocking, with `IP_PMTUDISC_DO`: an
+/// unconnected socket then sends DF and IP ID 0. Returns its fd.
+fn sending(sock: &UdpSocket, what: &str) -> Result<RawFd> {
+    sock.set_nonblocking(true)
+        .map_err(|e| Error::io(&format!("setting {what} non-blocking"), e))?;
+    let fd = sock.as_raw_fd();
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_IP,
+        libc::IP_MTU_DISCOVER,
+        libc::IP_PMTUDISC_DO,
+        &format!("setsockopt(IP_MTU_DISCOVER) on {what}"),
+    )?;
+    Ok(fd)
+}
+
 fn to_v4(sa: &libc::sockaddr_in) -> SocketAddrV4 {
     SocketAddrV4::new(
         Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
@@ -229,27 +250,37 @@ fn from_v4(a: &SocketAddrV4) -> libc::sockaddr_in {
 impl UdpIo {
     /// Binds `addr` (port 0 picks a free port), with room for `batch` datagrams.
     pub fn bind(addr: SocketAddrV4, batch: usize) -> Result<UdpIo> {
-        let sock = UdpSocket::bind(addr).map_err(|e| {
-            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-                " — another process (a rocev2 server, rdma_rxe) holds it: pick another udp_port \
-                 (0 = any free port) or bind another address"
-            } else if e.kind() == std::io::ErrorKind::AddrNotAvailable {
-                " — the address is not configured on this host"
-            } else {
-                ""
-            };
-            Error::io(&format!("binding UDP {addr}{hint}"), e)
-        })?;
-        sock.set_nonblocking(true)
-            .map_err(|e| Error::io("setting the socket non-blocking", e))?;
-        let fd = sock.as_raw_fd();
-        setsockopt_int(
-            fd,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_DO,
-            "setsockopt(IP_MTU_DISCOVER)",
-        )?;
+        let sock = UdpSocket::bind(addr).map_err(|e| holder::bind_error(addr, e, false))?;
+        Self::with_socket(sock, batch)
+    }
+
+    /// Binds `addr` shared (`SO_REUSEPORT`): any number of sockets of this
+    /// user, in this process or others, may bind the same address and port;
+    /// [`connect_peer`](Self::connect_peer) then makes the kernel hand this
+    /// one its peer's packets only. The bind error names who holds the port
+    /// when it is not shareable.
+    ///
+    /// Until then the socket is connected to its own address and port, a
+    /// source nothing sends from: it receives nothing, and it is never an
+    /// unconnected member of the group. (The kernel hands a packet that
+    /// matches no connected socket's peer to an unconnected member; with
+    /// Linux 6.13+, a member that binds after another connected to a peer
+    /// with port 0 takes that peer's packets too, until it connects itself:
+    /// so no member is ever left unconnected.)
+    pub fn bind_shared(addr: SocketAddrV4, batch: usize) -> Result<UdpIo> {
+        let sock = holder::shared_socket(addr).map_err(|e| holder::bind_error(addr, e, true))?;
+        let bound = match sock.local_addr() {
+            Ok(std::net::SocketAddr::V4(a)) => a,
+            Ok(other) => return Err(Error::invalid(format!("socket bound to non-IPv4 {other}"))),
+            Err(e) => return Err(Error::io("getsockname", e)),
+        };
+        sock.connect(bound)
+            .map_err(|e| Error::io(&format!("connecting the socket {bound} to itself"), e))?;
+        Self::with_socket(sock, batch)
+    }
+
+    fn with_socket(sock: UdpSocket, batch: usize) -> Result<UdpIo> {
+        let fd = sending(&sock, "the socket")?;
         // Large buffers absorb a 16-deep window of 4 KiB packets and bursts;
         // the kernel caps them at net.core.{r,w}mem_max (best effort).
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20, "SO_RCVBUF");
@@ -257,6 +288,7 @@ impl UdpIo {
         let batch = batch.max(1);
         Ok(UdpIo {
             sock,
+            tx: None,
             raw: None,
             via_udp: 0,
             rx: (0..batch).map(|_| RxMsg::new()).collect(),
@@ -336,6 +368,58 @@ impl UdpIo {
     /// The UDP socket's fd (sends go out here).
     pub fn fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// The fd datagrams are sent from: the reply socket after
+    /// [`connect_peer`](Self::connect_peer), else the bound socket.
+    fn tx_fd(&self) -> RawFd {
+        self.tx.as_ref().unwrap_or(&self.sock).as_raw_fd()
+    }
+
+    /// The port datagrams leave from (what their ICRC covers): the reply
+    /// socket's after [`connect_peer`](Self::connect_peer), else the bound
+    /// one.
+    pub fn tx_port(&self) -> Result<u16> {
+        match self.tx.as_ref().unwrap_or(&self.sock).local_addr() {
+            Ok(a) => Ok(a.port()),
+            Err(e) => Err(Error::io("getsockname", e)),
+        }
+    }
+
+    /// Receives from `peer` only (port 0: any port of its address), and
+    /// sends from then on from a reply socket of its own.
+    ///
+    /// The bound socket is connected to `peer`: in a group of sockets
+    /// sharing the address and port ([`bind_shared`](Self::bind_shared)),
+    /// the kernel's lookup hands a packet to the connected socket whose
+    /// peer matches its source (a connected socket scores above any
+    /// unconnected one), so each server of a shared port gets its FPGA's
+    /// packets and no other's. A connected socket numbers the IP IDs of
+    /// what it sends (DF set) from a random start, which an ICRC covers:
+    /// so datagrams leave from a second, unconnected socket on the same
+    /// address and a free port (IP ID 0, as before), which a filter keeps
+    /// from queueing anything. RoCEv2 requesters take ACKs from any source
+    /// port (rdma_rxe and NICs send theirs from a per-QP port). In raw
+    /// capture mode the capture's filter is narrowed to `peer` too.
+    pub fn connect_peer(&mut self, peer: SocketAddrV4) -> Result<()> {
+        let local = self.local_addr()?;
+        let tx = UdpSocket::bind(SocketAddrV4::new(*local.ip(), 0))
+            .map_err(|e| Error::io(&format!("binding the reply socket on {}", local.ip()), e))?;
+        let fd = sending(&tx, "the reply socket")?;
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20, "SO_SNDBUF");
+        capture::attach_filter(fd, &capture::NOTHING, "the reply socket's filter")?;
+        if self.raw.is_some() {
+            self.narrow_capture(peer)?;
+        }
+        self.sock.connect(peer).map_err(|e| {
+            Error::io(
+                &format!("connecting the socket {local} to the FPGA {peer}"),
+                e,
+            )
+        })?;
+        self.tx = Some(tx);
+        self.aimed = None;
+        Ok(())
     }
 
     /// The fd packets are received on (for poll): the raw capture socket in
@@ -505,7 +589,7 @@ impl UdpIo {
             // outlive this call; names and control buffers are ours.
             let k = unsafe {
                 libc::sendmmsg(
-                    self.sock.as_raw_fd(),
+                    self.tx_fd(),
                     self.tx_msgs.as_mut_ptr().add(sent),
                     (n - sent) as u32,
                     libc::MSG_DONTWAIT,

@@ -59,6 +59,13 @@ pub(crate) trait Backend: Send {
     fn info(&self) -> BackendInfo;
     /// Posts (or re-posts) receive slots.
     fn post_recv(&mut self, slots: &[u32]) -> Result<()>;
+    /// The FPGA's GID is known (`set_fpga_gid`, before `connect`): a
+    /// backend that must tell the kernel whose packets it takes (soft: its
+    /// socket shares the port) starts receiving them here, so what the FPGA
+    /// sends before `connect` waits for it. Default: nothing to do.
+    fn expect_peer(&mut self, _fpga_gid: Gid) -> Result<()> {
+        Ok(())
+    }
     /// Completes the connection (INIT -> RTR -> RTS). Every slot is posted first.
     fn connect(&mut self, params: &ConnectParams, fpga_gid: Gid, sq_psn: u32) -> Result<()>;
     /// Appends ready completions to `out` without blocking (at most POLL_BATCH).

@@ -304,6 +304,9 @@ impl ServerCore {
                 "setFpgaGid must be called before completeConnection",
             ));
         }
+        if let Some(b) = c.backend.as_mut() {
+            b.expect_peer(gid)?;
+        }
         c.fpga_gid = Some(gid);
         log::info!("FPGA GID stored: {gid}");
         Ok(())

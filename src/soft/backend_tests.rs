@@ -847,3 +847,58 @@ fn packets_the_responder_rejects_do_not_steer_the_acks() {
     let stolen = attacker.recv(&mut buf);
     assert!(stolen.is_err(), "a reply went to the rejected sender");
 }
+
+/// Issue 38 finding 8: with `peer_udp_port` 0, a duplicate (a PSN behind)
+/// from another port of the FPGA's IP, later in the same batch as the
+/// stream's packet, used to steer the batch's ACKs to itself. Only a packet
+/// that advances the stream sets where ACKs go; the duplicate's re-ACK goes
+/// to the stream's port.
+#[test]
+fn a_duplicate_from_another_port_does_not_steer_the_acks() {
+    let mut r = rig(4, 4096, 5);
+    let ((fpga, fpga_at), (other, other_at)) = (local_socket(), local_socket());
+    let (qpn, to) = (r.qpn(), r.to);
+    let send = |s: &UdpSocket, at, psn, tag| {
+        let bth = Bth::new(Opcode::SendOnlyImm, qpn, psn);
+        let buf = craft(bth, Some(tag), &payload(tag, 64), at, to);
+        s.send_to(&buf, to).unwrap();
+    };
+    send(&fpga, fpga_at, PSN0, 1);
+    let c = r.poll(1);
+    r.check(&c[0], &payload(1, 64), 1);
+    // The next packet and, behind it in the same batch, a copy of the first.
+    send(&fpga, fpga_at, wire::psn::add(PSN0, 1), 2);
+    send(&other, other_at, PSN0, 1);
+    let c = r.poll(1);
+    r.check(&c[0], &payload(2, 64), 2);
+    // The copy, when a later batch took it (bounded wait).
+    let mut more = Vec::new();
+    for _ in 0..5000 {
+        if r.counters.snapshot().duplicates == 1 {
+            break;
+        }
+        r.be.poll(&mut more).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let s = r.counters.snapshot();
+    assert_eq!(
+        (s.duplicates, more.len()),
+        (1, 0),
+        "the copy was seen: {s:?}"
+    );
+    fpga.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    for _ in 0..2 {
+        let n = fpga.recv(&mut buf).expect("the FPGA gets its ACKs");
+        assert_eq!(
+            Packet::parse(&buf[..n]).unwrap().bth.opcode,
+            Opcode::Acknowledge
+        );
+    }
+    other.set_nonblocking(true).unwrap();
+    assert!(
+        other.recv(&mut buf).is_err(),
+        "a reply went to the duplicate's port"
+    );
+}

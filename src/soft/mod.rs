@@ -66,6 +66,13 @@ pub fn raw_capture_allowed() -> bool {
         .is_ok()
 }
 
+/// Checks that a soft server could bind `addr` now (shared, as servers do:
+/// the port may already serve other FPGAs); the error names who holds the
+/// port when it cannot be shared, and what to do.
+pub fn check_bind(addr: SocketAddrV4) -> Result<()> {
+    UdpIo::bind_shared(addr, 1).map(drop)
+}
+
 /// The soft "device": where to bind.
 #[derive(Debug, Clone)]
 pub struct SoftDevice {
@@ -119,21 +126,80 @@ struct Link {
     peer_qpn: u32,
     /// With `peer_udp_port` 0: the FPGA's source port, learned from the
     /// last packet the responder took as this QP's stream (see
-    /// [`from_the_stream`]); replies go nowhere else, so packets it rejects
-    /// (another QP's, stale, out of sequence) cannot steer the ACKs.
+    /// [`steers_replies`]); replies go nowhere else, so packets it rejects
+    /// or has seen (another QP's, stale, out of sequence, duplicates)
+    /// cannot steer the ACKs.
     reply_port: Option<u16>,
+    /// The port replies leave from (`UdpIo::tx_port`: the ICRC covers it).
+    tx_port: u16,
+    /// This server's entry among the process's servers on its address.
+    _peer: PeerEntry,
 }
 
-/// True when the responder took the packet as this QP's stream: placed, or
-/// in sequence (an RNR or invalid-request NAK), or a duplicate of what it
-/// already received (re-ACKed). Not: another QP's, stale, or ahead of the
-/// expected PSN (anyone can send those; the real FPGA's next in-sequence
-/// packet teaches the port again).
-fn from_the_stream(v: &Verdict) -> bool {
+/// True when the packet may set where ACKs go (`peer_udp_port` 0): the
+/// responder took it as this QP's stream at its head: placed (it advanced
+/// the stream), or in sequence and refused (an RNR or invalid-request NAK,
+/// at the expected PSN). Not: another QP's, stale, ahead of the expected
+/// PSN, or a duplicate (behind it: anyone who saw the stream can send one;
+/// its re-ACK goes where the stream's ACKs go). The real FPGA's next
+/// packet in sequence teaches the port again.
+fn steers_replies(v: &Verdict) -> bool {
     !matches!(
         v,
-        Verdict::Drop(DropReason::WrongQp | DropReason::Stale | DropReason::OutOfSequence)
+        Verdict::Drop(
+            DropReason::WrongQp
+                | DropReason::Stale
+                | DropReason::OutOfSequence
+                | DropReason::Duplicate
+        )
     )
+}
+
+/// The FPGA addresses the servers of this process receive from, per local
+/// address: the kernel steers a shared port's packets by their source
+/// (`UdpIo::connect_peer`), so two servers whose FPGA addresses overlap
+/// (one address, and the same port or either port 0) could not tell their
+/// packets apart: the second is refused.
+static PEERS: std::sync::Mutex<Vec<(SocketAddrV4, SocketAddrV4, u64)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// One server's claim on its FPGA's address; released on drop.
+struct PeerEntry(u64);
+
+impl PeerEntry {
+    fn claim(local: SocketAddrV4, peer: SocketAddrV4) -> Result<PeerEntry> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let mut all = PEERS.lock().unwrap_or_else(|e| e.into_inner());
+        let overlaps = |p: &SocketAddrV4| {
+            p.ip() == peer.ip() && (p.port() == 0 || peer.port() == 0 || p.port() == peer.port())
+        };
+        if let Some((_, other, _)) = all.iter().find(|(l, p, _)| *l == local && overlaps(p)) {
+            let port = |p: &SocketAddrV4| match p.port() {
+                0 => "any port".to_string(),
+                n => format!("port {n}"),
+            };
+            return Err(Error::invalid(format!(
+                "another server of this process on {local} already receives from FPGA {} ({}); \
+                 this one would receive from {} ({}): the servers of one address and port are \
+                 told apart by their FPGA's source address and port. Give each FPGA its own IP \
+                 address, or give them fixed, different source ports (peer_udp_port, not 0)",
+                other.ip(),
+                port(other),
+                peer.ip(),
+                port(&peer)
+            )));
+        }
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        all.push((local, peer, id));
+        Ok(PeerEntry(id))
+    }
+}
+
+impl Drop for PeerEntry {
+    fn drop(&mut self) {
+        let mut all = PEERS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|e| e.2 != self.0);
+    }
 }
 
 /// The driver's own counts (the responder keeps the protocol ones); both
@@ -178,6 +244,9 @@ pub(crate) struct SoftBackend {
     qpn: u32,
     rkey: u32,
     posted_before_connect: Vec<u32>,
+    /// The FPGA address the socket receives from (`expect_peer`, `connect`)
+    /// and this server's claim on it among the process's servers.
+    peer: Option<(SocketAddrV4, PeerEntry)>,
     link: Option<Link>,
     /// Reply packets (kept across batches).
     tx: Vec<Vec<u8>>,
@@ -201,7 +270,7 @@ pub(crate) struct SoftBackend {
 
 impl SoftBackend {
     pub(crate) fn create(dev: &SoftDevice, slab: &Arc<Slab>) -> Result<SoftBackend> {
-        let mut io = UdpIo::bind(dev.bind, POLL_BATCH)?;
+        let mut io = UdpIo::bind_shared(dev.bind, POLL_BATCH)?;
         let local = io.local_addr()?;
         let mut captured_lo = false;
         let captured = match dev.icrc_check {
@@ -253,6 +322,7 @@ impl SoftBackend {
             qpn: 2 + random_u32() % (MASK_24 - 1),
             rkey: random_u32(),
             posted_before_connect: Vec::new(),
+            peer: None,
             link: None,
             tx: Vec::new(),
             icrc: IcrcCache::default(),
@@ -264,6 +334,35 @@ impl SoftBackend {
             turnaround: None,
             ack_due: Vec::new(),
         })
+    }
+
+    /// Receives from the FPGA at `ip` (its port: `peer_udp_port`, 0 = any)
+    /// from now on: claims the address among this process's servers and
+    /// connects the socket to it (`UdpIo::connect_peer`). Again for another
+    /// address: the claim and the socket move to it.
+    fn receive_from(&mut self, ip: Ipv4Addr) -> Result<()> {
+        if ip == *self.local.ip() && self.peer_udp_port == self.local.port() {
+            // The FPGA's configured address is this very socket (e.g. the
+            // defaults, port 4791 both ways, with an emulator on this host):
+            // nothing else can listen there, so ACK each packet's source port.
+            log::info!(
+                "soft backend {}: the FPGA's address {ip}:{} is this socket: ACKs go to each \
+                 packet's source port (peer_udp_port 0)",
+                self.local,
+                self.peer_udp_port
+            );
+            self.peer_udp_port = 0;
+        }
+        let peer = SocketAddrV4::new(ip, self.peer_udp_port);
+        if self.peer.as_ref().is_some_and(|(p, _)| *p == peer) {
+            return Ok(());
+        }
+        // The old claim (another address) goes first: it may overlap.
+        self.peer = None;
+        let entry = PeerEntry::claim(self.local, peer)?;
+        self.io.connect_peer(peer)?;
+        self.peer = Some((peer, entry));
+        Ok(())
     }
 
     fn read_kernel_drops(&mut self) {
@@ -337,7 +436,7 @@ impl SoftBackend {
         let verdict = link
             .resp
             .on_packet_in(&req.bth, req.imm, req.payload_len, landed);
-        if from_the_stream(&verdict) {
+        if steers_replies(&verdict) {
             link.reply_port = Some(self.io.datagram(i).1.port());
         }
         if let Some(r) = link.resp.take_restart() {
@@ -515,7 +614,7 @@ impl SoftBackend {
             dst: link.peer_ip,
             ip_id: 0,
             dont_fragment: true,
-            src_port: self.local.port(),
+            src_port: link.tx_port,
             dst_port: port,
         };
         let mut used = 0;
@@ -644,6 +743,14 @@ impl Backend for SoftBackend {
         Ok(())
     }
 
+    fn expect_peer(&mut self, fpga_gid: Gid) -> Result<()> {
+        // Not IPv4-mapped: `connect` says so.
+        match fpga_gid.ipv4() {
+            Some(ip) => self.receive_from(ip),
+            None => Ok(()),
+        }
+    }
+
     fn connect(&mut self, p: &ConnectParams, fpga_gid: Gid, _sq_psn: u32) -> Result<()> {
         let ip = fpga_gid.ipv4().ok_or_else(|| {
             Error::invalid(format!(
@@ -663,23 +770,20 @@ impl Backend for SoftBackend {
         for s in self.posted_before_connect.drain(..) {
             resp.post(s);
         }
-        if ip == *self.local.ip() && self.peer_udp_port == self.local.port() {
-            // The FPGA's configured address is this very socket (e.g. the
-            // defaults, port 4791 both ways, with an emulator on this host):
-            // nothing else can listen there, so ACK each packet's source port.
-            log::info!(
-                "soft backend {}: the FPGA's address {ip}:{} is this socket: ACKs go to each \
-                 packet's source port (peer_udp_port 0)",
-                self.local,
-                self.peer_udp_port
-            );
-            self.peer_udp_port = 0;
-        }
+        self.receive_from(ip)?;
+        let Some((_, entry)) = self.peer.take() else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "no FPGA address after receive_from",
+            ));
+        };
         self.link = Some(Link {
             resp,
             peer_ip: ip,
             peer_qpn: p.fpga_qpn,
             reply_port: None,
+            tx_port: self.io.tx_port()?,
+            _peer: entry,
         });
         log::info!(
             "soft QP {:#08x} on {} -> RTS: accepting FPGA {ip} QP {:#08x} from PSN {:#08x}",

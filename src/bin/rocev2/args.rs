@@ -241,6 +241,29 @@ pub enum QpnArg {
     Qpn(u32),
 }
 
+/// `--fpga IP:QPN`: one FPGA of several a `recv` serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FpgaArg {
+    pub gid: rocev2::Gid,
+    pub qpn: u32,
+}
+
+/// Parses `IP:QPN` (10.0.0.11:0x11).
+pub fn fpga(text: &str) -> Result<FpgaArg, String> {
+    let (ip, qpn) = text.rsplit_once(':').ok_or_else(|| {
+        format!(
+            "{text:?} is not IP:QPN (e.g. 10.0.0.11:0x11: the FPGA's address and its QP number)"
+        )
+    })?;
+    let ip: std::net::Ipv4Addr = ip
+        .parse()
+        .map_err(|_| format!("{ip:?} in {text:?} is not an IPv4 address (10.0.0.11)"))?;
+    Ok(FpgaArg {
+        gid: rocev2::Gid::from_ipv4(ip),
+        qpn: qpn24(qpn)?,
+    })
+}
+
 /// Parses a 24-bit QPN (decimal or 0x hex).
 pub fn qpn24(text: &str) -> Result<u32, String> {
     match parse_u64(text) {

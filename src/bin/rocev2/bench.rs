@@ -15,8 +15,9 @@ use crate::{Exit, Fail, Outcome};
 ///
 /// First the regime an FPGA puts the host in: surf's engine (a window of 4
 /// or 16 messages, one packet per datagram, the ACK busy-polled for) at 1/4/8
-/// KiB against plain UDP with the same window, and four such links on one
-/// host against one. Then the host's capacity: the loopback UDP ceilings
+/// KiB against plain UDP with the same window, and 1, 2, 4, 8 links of
+/// window 16 on one host address and port against one link and against
+/// ports of their own. Then the host's capacity: the loopback UDP ceilings
 /// (plain recvmmsg, GSO into GRO), soft end-to-end at 1/4/8 KiB with a
 /// 256-message window and GSO bursts (a NIC's GRO modelled) against the
 /// recvmmsg ceiling (and with every received ICRC checked against the
@@ -48,7 +49,7 @@ pub struct BenchArgs {
 enum Row {
     /// surf's engine: windows of 4 and 16 messages, 1/4/8 KiB, one packet per datagram, the ACK busy-polled for, vs plain UDP with the same window
     Surf,
-    /// 4 links on one host, each as surf's window 4 at 4 KiB, vs one link (a report, no goal)
+    /// N = 1, 2, 4, 8 links on one host (surf window 16, 4 KiB): all servers on one address and port vs N = 1, vs ports of their own, slowest link vs the mean
     Links,
     /// UDP ceilings: plain recvmmsg and GSO into GRO
     Ceilings,
@@ -156,7 +157,7 @@ fn regime_of(r: Row, window: usize) -> String {
                       datagram, the emulator busy-polling for each ACK; the host's ACK \
                       turnaround sets the rate"
             .into(),
-        Row::Links => "several surf links on one host (a report, no goal)".into(),
+        Row::Links => "several surf links on one host: one address and port for all".into(),
         Row::Ceilings => "the kernel's UDP ceilings over loopback".into(),
         Row::E2e | Row::IcrcE2e => format!(
             "the host's capacity, a NIC's GRO modelled by GSO: a {window}-message window, \
@@ -222,9 +223,11 @@ fn e2e_rows(frames: u64, secs: Duration, window: usize) -> Result<(), Fail> {
     Ok(())
 }
 
-/// [`RUNS`] end-to-end runs of `s`, each with its `reference` measured
-/// right after it: (frames/s x packets per frame / the reference's
-/// datagrams/s, the run, the reference).
+/// [`RUNS`] pairs of an end-to-end run of `s` and its `reference`, back to
+/// back, the order alternating (run then reference, reference then run,
+/// ...: issue 39, the machine changes mode between pairs, and a pair's
+/// ratio holds): (frames/s x packets per frame / the reference's
+/// datagrams/s, the run, the reference) per pair.
 fn trials(
     s: E2eSetup,
     reference: impl Fn() -> rocev2::Result<Rate>,
@@ -232,9 +235,14 @@ fn trials(
     let e = lib_err(&[]);
     let pkts = s.size.div_ceil(4096) as f64;
     (0..RUNS)
-        .map(|_| {
-            let r = soft_end_to_end(s).map_err(&e)?;
-            let c = reference().map_err(&e)?;
+        .map(|k| {
+            let (r, c) = if k % 2 == 0 {
+                let r = soft_end_to_end(s).map_err(&e)?;
+                (r, reference().map_err(&e)?)
+            } else {
+                let c = reference().map_err(&e)?;
+                (soft_end_to_end(s).map_err(&e)?, c)
+            };
             Ok((r.rate.per_sec * pkts / c.per_sec, r, c))
         })
         .collect()
@@ -315,45 +323,118 @@ fn latency_line(s: E2eSetup, runs: &[(f64, E2e, Rate)], in_flight: usize) -> Res
     ))
 }
 
+/// The links' counts: 1 (the reference) and more on one host.
+const LINKS: [usize; 4] = [1, 2, 4, 8];
+
+/// Pairs per row (issue 39: each a reference and a measurement, run one
+/// after the other, the order alternating from pair to pair).
+const PAIRS: usize = 3;
+
+/// N surf links (window 16, 4 KiB) on one host, N = 1, 2, 4, 8: all
+/// servers on one address and port against N = 1 (aggregate frames/s; the
+/// cost per link), against the same N on ports of their own (the shared
+/// port's own cost), and the slowest link against the mean. `frames` is
+/// each run's total, split among its links. Each figure from pairs run
+/// back to back, the order alternating (A B, B A, ...): the machine's mode
+/// changes between pairs, not inside one.
 fn links_row(frames: u64) -> Result<(), Fail> {
-    const LINKS: usize = 4;
     let e = lib_err(&[]);
-    let s = E2eSetup::surf(4096, frames, 4);
-    let mut runs = Vec::new();
-    for _ in 0..RUNS {
-        let many = soft_links(s, LINKS).map_err(&e)?;
-        let one = soft_links(s, 1).map_err(&e)?;
-        runs.push((many.rate.per_sec / one.rate.per_sec, many, one));
-    }
-    let (ratio, mid) = median_run(&runs);
+    let run = |n: usize, ports: Ports| {
+        let s = E2eSetup::surf(4096, (frames / n as u64).max(1), 16);
+        soft_links_on(s, n, ports).map_err(&e)
+    };
+    // pair k: (A, B) in the order k says.
+    let pair =
+        |k: usize, a: &dyn Fn() -> Result<Links, Fail>, b: &dyn Fn() -> Result<Links, Fail>| {
+            if k % 2 == 0 {
+                let x = a()?;
+                Ok::<_, Fail>((x, b()?))
+            } else {
+                let y = b()?;
+                Ok((a()?, y))
+            }
+        };
     let cpu = |l: &Links| l.each.iter().map(|e| e.cpu).sum::<f64>() / l.each.len() as f64 * 100.0;
-    row(
-        &format!("{LINKS} links, surf window 4, 4096 B"),
-        &format!(
-            "{:.0} f/s, {:.0}% CPU/link",
-            mid.1.rate.per_sec,
-            cpu(&mid.1)
-        ),
-        &format!(
-            "1 link: {:.0} f/s, {:.0}% CPU",
-            mid.2.rate.per_sec,
-            cpu(&mid.2)
-        ),
-        ratio,
-        "",
-    )?;
-    let per_link = mmm(runs
-        .iter()
-        .flat_map(|r| r.1.each.iter().map(|e| e.rate.per_sec))
-        .collect());
+    let slowest = |l: &Links| {
+        let r: Vec<f64> = l.each.iter().map(|e| e.rate.per_sec).collect();
+        let mean = r.iter().sum::<f64>() / r.len() as f64;
+        r.iter().copied().fold(f64::INFINITY, f64::min) / mean
+    };
+    for n in LINKS {
+        // vs N = 1, shared port.
+        let (mut vs_one, mut vs_sep) = (Vec::new(), Vec::new());
+        for k in 0..PAIRS {
+            if n > 1 {
+                let (one, many) = pair(k, &|| run(1, Ports::Shared), &|| run(n, Ports::Shared))?;
+                vs_one.push((many.rate.per_sec / one.rate.per_sec, many, one));
+            }
+            let (sep, shared) = pair(k, &|| run(n, Ports::Separate), &|| run(n, Ports::Shared))?;
+            vs_sep.push((shared.rate.per_sec / sep.rate.per_sec, shared, sep));
+        }
+        let figure = |what: &str| {
+            format!(
+                "{n} link{}, W16 4 KiB, {what}",
+                if n > 1 { "s" } else { "" }
+            )
+        };
+        if n > 1 {
+            let (ratio, mid) = median_run(&vs_one);
+            row(
+                &figure("one port vs N=1"),
+                &format!(
+                    "{:.0} f/s, {:.0}% CPU/link",
+                    mid.1.rate.per_sec,
+                    cpu(&mid.1)
+                ),
+                &format!(
+                    "N=1: {:.0} f/s, {:.0}% CPU",
+                    mid.2.rate.per_sec,
+                    cpu(&mid.2)
+                ),
+                ratio,
+                if n == 8 { ">=0.9" } else { "" },
+            )?;
+        }
+        let (ratio, mid) = median_run(&vs_sep);
+        row(
+            &figure("one port vs own ports"),
+            &format!(
+                "{:.0} f/s, {:.0}% CPU/link",
+                mid.1.rate.per_sec,
+                cpu(&mid.1)
+            ),
+            &format!("own ports: {:.0} f/s", mid.2.rate.per_sec),
+            ratio,
+            ">=0.95",
+        )?;
+        if n > 1 {
+            let shared: Vec<&Links> = vs_sep
+                .iter()
+                .map(|p| &p.1)
+                .chain(vs_one.iter().map(|p| &p.1))
+                .collect();
+            let sm = mmm(shared.iter().map(|l| slowest(l)).collect());
+            row(
+                &figure("slowest link / mean"),
+                &format!(
+                    "{:.0} f/s",
+                    mmm(shared
+                        .iter()
+                        .flat_map(|l| l.each.iter().map(|e| e.rate.per_sec))
+                        .collect())
+                    .0
+                ),
+                "the mean link",
+                sm,
+                ">=0.5",
+            )?;
+        }
+    }
     note(&format!(
-        "aggregate frames/s against one link alone, CPU the servers' receive threads' share of a \
-         core; a link's frames/s {:.0}/{:.0}/{:.0} (min/median/max over links and runs); all servers' \
-         threads on CPU 1, all emulators on CPU 0",
-        per_link.0, per_link.1, per_link.2
+        "{PAIRS} pairs each, the order alternating; frames/s the aggregate of all links until the \
+         last frame; CPU the servers' receive threads' share of a core, per link; emulators \
+         from 127.0.0.2.. on CPU 0, servers' threads on CPU 1; {frames} frames per run in all"
     ))?;
-    let all: Vec<E2e> = runs.iter().flat_map(|r| r.1.each.iter().copied()).collect();
-    note(&server_line(&all))?;
     Ok(())
 }
 

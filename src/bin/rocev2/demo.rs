@@ -49,6 +49,12 @@ pub struct DemoArgs {
     /// Received ICRCs: auto checks them by raw capture when allowed (CAP_NET_RAW), else counts them unchecked; require fails without CAP_NET_RAW
     #[arg(long, value_name = "MODE", default_value = "auto")]
     icrc_check: IcrcArg,
+    /// Links: N emulators (from 127.0.0.2, 127.0.0.3, ...) streaming at once to N servers on one address and port (127.0.0.1:--port), as several FPGAs to one host; one summary line per link and a total
+    #[arg(long, value_name = "N", default_value = "1", value_parser = num::<u32>(1, 64))]
+    links: u32,
+    /// With --links: the UDP port all the servers share (0 = a free port, picked by the first server; 4791 = RoCEv2's)
+    #[arg(long, value_name = "N", default_value = "0", value_parser = num::<u16>(0, 65535))]
+    port: u16,
     /// The emulator waits for ACKs as surf's engine does: with its window full it busy-polls its socket instead of sleeping in poll() (a core kept busy while streaming), so the run measures the host's turnaround, not the emulator's wake-ups
     #[arg(long)]
     busy_wait: bool,
@@ -56,6 +62,9 @@ pub struct DemoArgs {
 
 /// Checks frames in order against the emulator's pattern.
 struct Verifier {
+    /// The first frame's sequence number (`--links`: link i's frames are
+    /// numbered from i << 40, so a frame of another link shows).
+    base: u64,
     next: AtomicU64,
     bytes: AtomicU64,
     first_error: Mutex<Option<String>>,
@@ -64,7 +73,7 @@ struct Verifier {
 
 impl Verifier {
     fn check(&self, f: &Frame) {
-        let want = self.next.fetch_add(1, Ordering::Relaxed);
+        let want = self.base + self.next.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(f.len() as u64, Ordering::Relaxed);
         let err = match pattern::check(f.data()) {
             Err(e) => Some(e),
@@ -90,10 +99,17 @@ struct Rig {
 }
 
 fn build(a: &DemoArgs) -> Result<Rig, Fail> {
+    build_on(a, 0, None)
+}
+
+/// A rig whose server binds 127.0.0.1:`port` (0 = a free port), and whose
+/// emulator sends from `fpga` (None: the server's address, a free port).
+fn build_on(a: &DemoArgs, port: u16, fpga: Option<Ipv4Addr>) -> Result<Rig, Fail> {
     let e = lib_err(FLAGS);
     let dev = Device::open(
         &SoftConfig {
             icrc_check: a.icrc_check.into(),
+            udp_port: port,
             ..SoftConfig::ephemeral("127.0.0.1")
         }
         .into(),
@@ -109,6 +125,13 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
     let server = Server::create(&dev, &cfg).map_err(&e)?;
     let hp = server.host_params();
     let mut ecfg = EmulatorConfig::for_server(&hp).map_err(&e)?;
+    let mut base = 0;
+    if let Some(ip) = fpga {
+        ecfg.bind = std::net::SocketAddrV4::new(ip, 0);
+        // Link i (from 127.0.0.2) numbers its frames from i << 40.
+        base = u64::from(u32::from(ip) - u32::from(Ipv4Addr::new(127, 0, 0, 2))) << 40;
+        ecfg.first_seq = base;
+    }
     ecfg.pmtu = args::mtu(a.shape.pmtu);
     ecfg.faults = a.faults.faults();
     ecfg.busy_wait = a.busy_wait;
@@ -118,6 +141,7 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
     let emu = FpgaEmulator::new(ecfg).map_err(&e)?;
     server.set_fpga_gid(emu.gid()).map_err(&e)?;
     let v = Arc::new(Verifier {
+        base,
         next: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         first_error: Mutex::new(None),
@@ -135,22 +159,19 @@ fn build(a: &DemoArgs) -> Result<Rig, Fail> {
 pub fn run(a: DemoArgs) -> Outcome {
     signals::catch_stop_signals()?;
     args::check_slab(a.shape.size, a.depth, "--size")?;
+    if a.links > 1 {
+        return run_links(&a);
+    }
     let Rig { server, mut emu, v } = build(&a)?;
     let hp = server.host_params();
     outln!(
-        "rocev2 demo: soft server {}:{} (QP {:#08x}) <- FPGA emulator {} (QP {:#08x}); {} frames x {} B, \
-         pmtu {}, {} slots, channels {}{}",
+        "rocev2 demo: soft server {}:{} (QP {:#08x}) <- FPGA emulator {} (QP {:#08x}); {}",
         Ipv4Addr::LOCALHOST,
         hp.udp_port,
         hp.qpn,
         emu.local_addr(),
         emu.qpn(),
-        a.frames,
-        a.shape.size,
-        128u32 << a.shape.pmtu,
-        a.depth,
-        a.shape.channels,
-        a.faults.suffix(", ")
+        what(&a, "")
     )?;
     let t0 = Instant::now();
     let stop_asked = || signals::caught().is_some();
@@ -183,6 +204,136 @@ pub fn run(a: DemoArgs) -> Outcome {
     report(&a, &server, &emu, got, elapsed, rate)?;
     let err = v.first_error.lock().unwrap().clone();
     verdict(err, got, a.frames, signals::caught())
+}
+
+/// What is streamed (`each`: after the frames' size), for the first line.
+fn what(a: &DemoArgs, each: &str) -> String {
+    format!(
+        "{} frames x {} B{each}, pmtu {}, {} slots, channels {}{}",
+        a.frames,
+        a.shape.size,
+        128u32 << a.shape.pmtu,
+        a.depth,
+        a.shape.channels,
+        a.faults.suffix(", ")
+    )
+}
+
+/// `--links N`: N rigs, the servers on one address and port, streamed at
+/// once; a line per link and a total.
+fn run_links(a: &DemoArgs) -> Outcome {
+    let first = build_on(a, a.port, Some(Ipv4Addr::new(127, 0, 0, 2)))?;
+    let port = first.server.host_params().udp_port;
+    let mut rigs = vec![first];
+    for i in 1..a.links {
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 0, 0, 2)) + i);
+        rigs.push(build_on(a, port, Some(ip))?);
+    }
+    outln!(
+        "rocev2 demo: {} soft servers on {}:{port} <- {} FPGA emulators (127.0.0.2..); {}",
+        a.links,
+        Ipv4Addr::LOCALHOST,
+        a.links,
+        what(a, " each")
+    )?;
+    let t0 = Instant::now();
+    let stop_asked = || signals::caught().is_some();
+    // Each link streams in parts (ACKed before the next), so a stop signal
+    // ends every stream soon.
+    let part = (16u64 << 20).div_ceil(a.shape.size as u64);
+    let results: Vec<(rocev2::Result<u64>, Duration)> = std::thread::scope(|s| {
+        let handles: Vec<_> = rigs
+            .iter_mut()
+            .map(|r| {
+                let emu = &mut r.emu;
+                s.spawn(move || {
+                    let mut sent = 0;
+                    while sent < a.frames && !stop_asked() {
+                        let n = part.min(a.frames - sent);
+                        let size = a.shape.size as usize;
+                        let chans = &a.shape.channels.0;
+                        if let Err(e) =
+                            emu.stream(n, size, chans, 64, Duration::from_secs(3600), |_| {})
+                        {
+                            return (Err(e), t0.elapsed());
+                        }
+                        sent += n;
+                    }
+                    (Ok(sent), t0.elapsed())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a link's stream"))
+            .collect()
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (r, (res, _)) in rigs.iter().zip(&results) {
+        let sent = *res.as_ref().unwrap_or(&0);
+        while r.v.next.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let elapsed = t0.elapsed();
+    let mut first_error = None;
+    let (mut total, mut bytes, mut rates) = (0u64, 0u64, Vec::new());
+    for (i, (r, (res, took))) in rigs.iter().zip(results).enumerate() {
+        r.server.stop();
+        let got = r.v.next.load(Ordering::Relaxed);
+        let b = r.v.bytes.load(Ordering::Relaxed);
+        let rate = Rate::of(got, b, took);
+        let (s, e) = (r.server.stats(), r.emu.stats());
+        let err = match res {
+            Err(e) => Some(format!("the emulator failed: {e}")),
+            Ok(_) => r.v.first_error.lock().unwrap().clone(),
+        };
+        let verify = match &err {
+            Some(e) => format!("FAILED: {e}"),
+            None if got == a.frames || signals::caught().is_some() => "OK".to_string(),
+            None => format!("FAILED: {got} of {} frames", a.frames),
+        };
+        outln!(
+            "link {i:<2}: FPGA {} QP {:#08x} -> QP {:#08x}: {got} frames, {:.3} Gbit/s, {:.0} \
+             frames/s; {} packets in, {} ACKs, {} seq NAKs, {} duplicates, {} foreign; \
+             emulator {} retransmits, {} timeouts; verify {verify}",
+            r.emu.local_addr().ip(),
+            r.emu.qpn(),
+            r.server.host_params().qpn,
+            rate.gbit,
+            rate.per_sec,
+            s.soft().packets_rx,
+            s.soft().acks_tx,
+            s.soft().seq_naks_tx,
+            s.soft().duplicates,
+            s.soft().foreign_packets,
+            e.requester.retransmits,
+            e.requester.timeouts
+        )?;
+        if verify != "OK" && first_error.is_none() {
+            first_error = Some(format!(
+                "link {i}: {}",
+                verify.trim_start_matches("FAILED: ")
+            ));
+        }
+        total += got;
+        bytes += b;
+        rates.push(rate.per_sec);
+    }
+    let all = Rate::of(total, bytes, elapsed);
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    outln!(
+        "total  : {total} frames in {:.3} s, {:.3} Gbit/s, {:.0} frames/s; slowest link {:.2} \
+         of the mean",
+        elapsed.as_secs_f64(),
+        all.gbit,
+        all.per_sec,
+        if mean > 0.0 { slowest / mean } else { 0.0 }
+    )?;
+    let want = a.frames * u64::from(a.links);
+    let got = if first_error.is_none() { total } else { 0 };
+    verdict(first_error, got, want, signals::caught())
 }
 
 /// The verify line and the exit code (130 or 143 after a stop signal).

@@ -243,6 +243,13 @@ pub fn check_bind(addr: SocketAddrV4, flags: &str) -> Result<(), Fail> {
     })
 }
 
+/// `addr` can be bound by a soft server now (shared with the servers that
+/// may already serve other FPGAs on it); else a runtime failure naming
+/// `flags`, who holds the port and what to do.
+pub fn check_soft_bind(addr: SocketAddrV4, flags: &str) -> Result<(), Fail> {
+    rocev2::soft::check_bind(addr).map_err(|e| Fail::runtime(format!("{flags}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

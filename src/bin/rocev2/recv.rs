@@ -16,7 +16,7 @@ use rocev2::{
 };
 use serde_json::json;
 
-use crate::args::{self, num, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX_PAYLOAD};
+use crate::args::{self, num, FpgaArg, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX_PAYLOAD};
 use crate::out::{self, lib_err, print_json, round3, SERVER_FLAGS};
 use crate::record::RogueWriter;
 use crate::signals;
@@ -48,11 +48,19 @@ pub struct RecvArgs {
     #[arg(long, value_name = "N", default_value = "4791", value_parser = num::<u16>(0, 65535))]
     peer_port: u16,
     /// The FPGA's IPv4 address (or GID)
-    #[arg(long, value_name = "IP", required = true, value_parser = args::gid)]
-    fpga_ip: Gid,
+    #[arg(long, value_name = "IP", required_unless_present = "fpga", conflicts_with = "fpga", value_parser = args::gid)]
+    fpga_ip: Option<Gid>,
     /// The FPGA's QP number, or - to read it from stdin after the host params are printed
-    #[arg(long, value_name = "N|-", required = true)]
-    fpga_qpn: QpnArg,
+    #[arg(
+        long,
+        value_name = "N|-",
+        required_unless_present = "fpga",
+        conflicts_with = "fpga"
+    )]
+    fpga_qpn: Option<QpnArg>,
+    /// Several FPGAs, one server each (repeat it: --fpga 10.0.0.11:0x11 --fpga 10.0.0.12:0x12), all on --bind/--port (soft: the kernel hands each server its FPGA's packets; docs/operations.md, "Several FPGAs on one host"); a host params line per FPGA first (with "link" and "fpga"), then a summary line per FPGA (--frames and --verify apply to each; not with --out)
+    #[arg(long, value_name = "IP:QPN", value_parser = args::fpga, conflicts_with = "out")]
+    fpga: Vec<FpgaArg>,
     /// The first PSN the FPGA sends [default: the host SQ PSN, sq_psn]
     #[arg(long, value_name = "N", value_parser = num::<u32>(0, MAX_24BIT))]
     fpga_psn: Option<u32>,
@@ -132,8 +140,16 @@ pub fn run(a: RecvArgs) -> Outcome {
         check_cpu(cpu)?;
     }
     if a.device == "soft" {
-        out::check_bind(SocketAddrV4::new(a.bind, a.port), "--bind/--port")?;
+        out::check_soft_bind(SocketAddrV4::new(a.bind, a.port), "--bind/--port")?;
     }
+    if !a.fpga.is_empty() {
+        return run_links(&a);
+    }
+    let (Some(fpga_ip), Some(fpga_qpn)) = (a.fpga_ip, a.fpga_qpn) else {
+        return Err(Fail::usage(
+            "--fpga-ip and --fpga-qpn, or --fpga IP:QPN, name the FPGA",
+        ));
+    };
     let mut rec = match &a.out {
         Some(p) => Some(RogueWriter::create(p).map_err(|e| {
             Fail::runtime(format!(
@@ -145,12 +161,15 @@ pub fn run(a: RecvArgs) -> Outcome {
     };
     let e = lib_err(SERVER_FLAGS);
     let (_dev, server) = open_server(&a)?;
+    // Before the params go out: the FPGA programmed with them may send at
+    // once, and its packets wait for complete_connection from here on.
+    server.set_fpga_gid(fpga_ip).map_err(&e)?;
     let hp = server.host_params();
     print_json(json!({
         "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
         "mr_len": hp.mr_len, "mr_rkey": hp.mr_rkey, "gid": hp.gid.to_string(), "udp_port": hp.udp_port,
     }))?;
-    let fpga_qpn = match a.fpga_qpn {
+    let fpga_qpn = match fpga_qpn {
         QpnArg::Qpn(q) => Some(q),
         QpnArg::Stdin => qpn_from_stdin()?,
     };
@@ -158,15 +177,14 @@ pub fn run(a: RecvArgs) -> Outcome {
         Some(q) => {
             let psn = a.fpga_psn.unwrap_or(hp.sq_psn);
             let params = ConnectParams::new(q, psn, a.pmtu, a.rnr).map_err(&e)?;
-            server.set_fpga_gid(a.fpga_ip).map_err(&e)?;
             server.complete_connection(&params).map_err(&e)?;
             errln!(
                 "rocev2 recv: connected to FPGA {} QP {q:#x}; waiting for frames",
-                a.fpga_ip
+                fpga_ip
                     .ipv4()
-                    .map_or(a.fpga_ip.to_string(), |ip| ip.to_string())
+                    .map_or(fpga_ip.to_string(), |ip| ip.to_string())
             );
-            receive(&server, &a, &mut rec)?
+            receive(&server, &a, &mut rec, None)?
         }
         // A stop signal came before the QP number.
         None => Tally::default(),
@@ -177,11 +195,72 @@ pub fn run(a: RecvArgs) -> Outcome {
     let s = server.stats();
     let cause = server.end_cause();
     server.stop();
-    summary(&t, &s, cause, rec)?;
+    summary(&t, &s, cause, rec, None)?;
     if let Some(stop) = signals::caught() {
         return Ok(stop.exit());
     }
     Ok(exit_code(&t, a.frames))
+}
+
+/// `--fpga IP:QPN` repeated: a server per FPGA on --bind/--port, each
+/// received by a thread of its own, each with its own summary line (with
+/// "link" and "fpga"). Exits with the first link's code that is not 0.
+fn run_links(a: &RecvArgs) -> Outcome {
+    let e = lib_err(SERVER_FLAGS);
+    let mut links = Vec::new();
+    for (i, f) in a.fpga.iter().enumerate() {
+        let (dev, server) = open_server(a)?;
+        server.set_fpga_gid(f.gid).map_err(&e)?;
+        let hp = server.host_params();
+        let ip = f.gid.ipv4().map_or(f.gid.to_string(), |ip| ip.to_string());
+        print_json(json!({
+            "link": i, "fpga": ip,
+            "qpn": hp.qpn, "rq_psn": hp.rq_psn, "sq_psn": hp.sq_psn, "mr_addr": hp.mr_addr,
+            "mr_len": hp.mr_len, "mr_rkey": hp.mr_rkey, "gid": hp.gid.to_string(), "udp_port": hp.udp_port,
+        }))?;
+        links.push((dev, server, *f, ip));
+    }
+    for (_, server, f, ip) in &links {
+        let hp = server.host_params();
+        let psn = a.fpga_psn.unwrap_or(hp.sq_psn);
+        let params = ConnectParams::new(f.qpn, psn, a.pmtu, a.rnr).map_err(&e)?;
+        server.complete_connection(&params).map_err(&e)?;
+        errln!("rocev2 recv: connected to FPGA {ip} QP {:#x}", f.qpn);
+    }
+    errln!("rocev2 recv: {} FPGAs; waiting for frames", links.len());
+    let tallies: Vec<Result<Tally, Fail>> = std::thread::scope(|s| {
+        let handles: Vec<_> = links
+            .iter()
+            .enumerate()
+            .map(|(i, (_, server, _, _))| s.spawn(move || receive(server, a, &mut None, Some(i))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Fail::runtime("a link's receive loop panicked")))
+            })
+            .collect()
+    });
+    let mut code = Exit::Ok;
+    for (i, ((_, server, _, ip), t)) in links.iter().zip(tallies).enumerate() {
+        let t = t?;
+        if a.frames.is_some_and(|n| t.frames >= n) {
+            linger(server);
+        }
+        let s = server.stats();
+        let cause = server.end_cause();
+        server.stop();
+        summary(&t, &s, cause, None, Some(json!({"link": i, "fpga": ip})))?;
+        let c = exit_code(&t, a.frames);
+        if matches!(code, Exit::Ok) {
+            code = c;
+        }
+    }
+    if let Some(stop) = signals::caught() {
+        return Ok(stop.exit());
+    }
+    Ok(code)
 }
 
 /// The device and the server `recv` asks for (the device kept open beside
@@ -394,10 +473,22 @@ fn linger(server: &Server) {
     }
 }
 
-fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Result<Tally, Fail> {
+/// Receives on `server` until --frames, --idle-timeout or a stop signal;
+/// `link` (with several --fpga): no progress bar, and the lines it prints
+/// say which link.
+fn receive(
+    server: &Server,
+    a: &RecvArgs,
+    rec: &mut Option<RogueWriter>,
+    link: Option<usize>,
+) -> Result<Tally, Fail> {
     let idle = Duration::from_secs_f64(a.idle_timeout);
     let want = a.frames.unwrap_or(u64::MAX);
-    let bar = out::progress(a.frames, "frames");
+    let bar = match link {
+        None => out::progress(a.frames, "frames"),
+        Some(_) => indicatif::ProgressBar::hidden(),
+    };
+    let who = link.map_or(String::new(), |i| format!(" link {i}"));
     let mut ticker = a.stats_interval.map(Ticker::new);
     let mut t = Tally::default();
     let mut take = |t: &mut Tally, f: Frame| -> Result<(), Fail> {
@@ -424,13 +515,13 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
                     _ => break,
                 }
             }
-            bar.suspend(|| errln!("rocev2 recv: {stop}; stopping"));
+            bar.suspend(|| errln!("rocev2 recv{who}: {stop}; stopping"));
             break;
         }
         let now = Instant::now();
         let idle_left = idle.saturating_sub(now - active);
         if idle_left.is_zero() {
-            bar.suspend(|| errln!("rocev2 recv: no frame for {idle:?}; stopping"));
+            bar.suspend(|| errln!("rocev2 recv{who}: no frame for {idle:?}; stopping"));
             break;
         }
         let wait = match &ticker {
@@ -446,13 +537,17 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
         }
         if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
             let line = tk.line(&t, &server.stats());
+            let line = match link {
+                Some(i) => line.replacen("rocev2 recv:", &format!("rocev2 recv link {i}:"), 1),
+                None => line,
+            };
             bar.suspend(|| errln!("{line}"));
         }
     }
     bar.finish_and_clear();
     if let Some(e) = &t.first_error {
         errln!(
-            "rocev2 recv: verify: {} frames failed; the first: {e}",
+            "rocev2 recv{who}: verify: {} frames failed; the first: {e}",
             t.bad
         );
     }
@@ -492,11 +587,13 @@ fn peer_verdicts(s: &Stats) -> String {
     }
 }
 
+/// The summary line; `link` (with several --fpga): which link, first.
 fn summary(
     t: &Tally,
     s: &Stats,
     end_cause: Option<String>,
     rec: Option<RogueWriter>,
+    link: Option<serde_json::Value>,
 ) -> Result<(), Fail> {
     let (gbit, fps) = t.rate();
     let mut v = json!({
@@ -534,6 +631,12 @@ fn summary(
         v["recorded"] = json!(w.records);
         v["recorded_skipped_empty"] = json!(w.skipped_empty);
         w.finish().map_err(Fail::runtime)?;
+    }
+    if let Some(mut l) = link {
+        l.as_object_mut()
+            .expect("a JSON object")
+            .extend(std::mem::take(v.as_object_mut().expect("a JSON object")));
+        v = l;
     }
     print_json(v)?;
     Ok(())
