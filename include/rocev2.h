@@ -19,6 +19,12 @@
  * otherwise; after a failure, rocev2_last_error() gives a message for the
  * calling thread. Every pointer is checked (NULL -> ROCEV2_ERR_NULL_POINTER).
  * No function unwinds or aborts on a library bug (ROCEV2_ERR_PANIC).
+ *
+ * fork(): a child forked from a process with servers cannot use them (their
+ * receive threads did not follow the fork): every call with such a handle
+ * returns ROCEV2_ERR_STOPPED at once, rocev2_server_is_running returns 0 and
+ * rocev2_server_destroy forgets it without touching it. The child may create
+ * and use servers of its own.
  */
 
 #ifndef ROCEV2_H
@@ -922,8 +928,9 @@ rocev2_status rocev2_server_release_many(rocev2_server *srv, const uint64_t *tok
  * from any thread, at any time (also inside the callback, after stop, and
  * after destroy for tokens still outstanding). Never blocks.
  * ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token, a
- * token of another server (each server's tokens carry its own tag), or a
- * handle whose server is gone; nothing is released then.
+ * token of another server, or a handle whose server is gone; nothing is
+ * released then. Every loan of the process has its own token value, never
+ * reused, so such a token is refused whatever came between (no wrap).
  *
  * Thread safety: any thread, concurrently with any call (destroy included:
  * the token keeps the server's memory alive).

@@ -23,6 +23,25 @@ struct Rig {
     start_psn: u32,
 }
 
+/// How long this machine may keep the server's threads off the CPU without
+/// the emulator giving up. The emulator retransmits after each ACK timeout
+/// (code 12: 16.8 ms, so a lost packet costs little) and gives up after
+/// `retry_cnt` timeouts in a row with no progress: surf's 7 make that
+/// 134 ms, and on a loaded 2-CPU machine (load ~19: two busy loops beside
+/// the test and other builds) a thread asleep for 1 ms woke 108 to 600 ms
+/// late, and 3 runs of 6 failed with "transport retries exhausted (7
+/// timeouts)", the duplicate-only case included, where no packet is lost
+/// and every timeout is the machine's stall (issue 38 finding 10). Ten
+/// seconds is many times the worst stall seen; a host that truly stops
+/// answering still fails the test, after it.
+const STALL_BUDGET: Duration = Duration::from_secs(10);
+
+/// Retries in a row at ACK timeout `code` that last `budget`.
+fn retries_for(budget: Duration, code: u8) -> u32 {
+    let timeout = rocev2::emulator::requester::RequesterConfig::timeout_from_code(code);
+    (budget.as_nanos() as u64).div_ceil(timeout) as u32
+}
+
 fn rig(faults: Faults, depth: u32) -> Rig {
     rig_icrc(faults, depth, IcrcCheck::Auto)
 }
@@ -49,6 +68,7 @@ fn rig_icrc(faults: Faults, depth: u32, icrc_check: IcrcCheck) -> Rig {
     let mut c = EmulatorConfig::for_server(&hp).unwrap();
     c.faults = faults;
     c.timeout_code = 12;
+    c.retry_cnt = retries_for(STALL_BUDGET, c.timeout_code);
     let emu = FpgaEmulator::new(c).unwrap();
     server.set_fpga_gid(emu.gid()).unwrap();
     let next = Arc::new(AtomicU64::new(0));

@@ -52,21 +52,30 @@ class _Frame(ctypes.Structure):
 # struct.iter_unpack instead of a ctypes field read per field and frame.
 _FRAME_RECORD = struct.Struct("=IIQIIIIQQ")
 _STRUCT_SIZE = struct.Struct("=I")  # a record's first field
+# A record as u64 words, and the token's word: the give-back path gathers
+# the tokens with one strided copy.
+_TOKEN_WORD, _RECORD_WORDS = _Frame.token.offset // 8, _FRAME_RECORD.size // 8
 if ([getattr(_Frame, n).offset for n, *_ in _Frame._fields_] != [0, 4, 8, 16, 20, 24, 28, 32, 40]
-        or _FRAME_RECORD.size != ctypes.sizeof(_Frame)):
+        or _FRAME_RECORD.size != ctypes.sizeof(_Frame) or _FRAME_RECORD.size % 8):
     raise ImportError("rocev2: _Frame's layout differs from the batch record")
 
 
 class _Batch:
-    """What one poll_frames call fills: the rocev2_frame array, its bytes,
-    the count (and its ctypes reference), kept across calls."""
-    __slots__ = ("frames", "raw", "got", "got_ref")
+    """What one poll_frames call fills: the rocev2_frame array, its bytes
+    (and as u64s: ``words``), the count (and its ctypes reference), kept
+    across calls; ``armed``: how many of the records a Frame took;
+    ``tokens``: where the rest are gathered to be given back."""
+    __slots__ = ("frames", "raw", "words", "got", "got_ref", "armed", "tokens", "token_words")
 
     def __init__(self, n: int):
         self.frames = (_Frame * n)()
         self.raw = memoryview(self.frames).cast("B")
+        self.words = self.raw.cast("Q")
         self.got = ctypes.c_size_t(0)
         self.got_ref = ctypes.byref(self.got)
+        self.armed = 0
+        self.tokens = (ctypes.c_uint64 * n)()
+        self.token_words = memoryview(self.tokens).cast("B").cast("Q")
 
 
 _STAT_FIELDS = [

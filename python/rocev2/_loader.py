@@ -43,7 +43,11 @@ def _load() -> ctypes.CDLL:
         except OSError as e:
             errors.append(f"{cand}: {e}")
             continue
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as e:  # another library: not rocev2's symbols
+            errors.append(f"{cand}: loaded, but it is not librocev2 ({e})")
+            continue
         if lib.rocev2_abi_version() != ABI_VERSION:
             raise ImportError(f"{cand} has C ABI version {lib.rocev2_abi_version()}, "
                               f"this package needs {ABI_VERSION}")
@@ -54,16 +58,23 @@ def _load() -> ctypes.CDLL:
 
 _library: typing.Optional[ctypes.CDLL] = None
 _load_lock = threading.Lock()
+# The release calls, set at load: the paths that end loans call them
+# without a Python call in between (a Python call is where a signal handler
+# may run, see rocev2._frames.Frame).
+RELEASE: typing.Any = None
+RELEASE_MANY: typing.Any = None
 
 
 def _lib() -> ctypes.CDLL:
     """The loaded library, loaded at first use (so the module and its code
     tables, ``Mtu``, ``RnrTimer``, ``Status``, import without it)."""
-    global _library
+    global _library, RELEASE, RELEASE_MANY
     if _library is None:
         with _load_lock:
             if _library is None:
-                _library = _load()
+                lib = _load()
+                RELEASE, RELEASE_MANY = lib.rocev2_server_release, lib.rocev2_server_release_many
+                _library = lib
     return _library
 
 

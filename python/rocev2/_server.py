@@ -12,13 +12,14 @@ import time
 import typing
 import weakref
 
-from ._cdecl import (_FRAME_CB, _FRAME_RECORD, _STAT_FIELDS, _STAT_FIELDS_2_1, _STAT_FIELDS_2_2,
+from . import _loader
+from ._cdecl import (_FRAME_CB, _FRAME_RECORD, _RECORD_WORDS, _STAT_FIELDS, _TOKEN_WORD, _STAT_FIELDS_2_1, _STAT_FIELDS_2_2,
                      _STAT_FIELDS_2_3, _STAT_FIELDS_2_3_PEER, _STAT_FIELDS_2_4,
                      _STRUCT_SIZE, _Batch, _DeviceConfig, _Frame, _HostParams, _Stats)
 from ._codes import LinkState, Mtu, _u32, validate_channel
 from ._config import _ICRC_CHECK, HostParams, ServerCfg, TransportCfg
 from ._errors import Rocev2Error, Status
-from ._frames import _HELD_EXPORT, Frame, _release_token, _SlabView
+from ._frames import _HELD_EXPORT, Frame, _SlabView, arm_batch
 from ._gid import detect_gid_index, ip_to_gid_bytes, parse_gid, host_ip_from_gid
 from ._loader import _answered, _check, _lib, _raw
 
@@ -57,41 +58,58 @@ class _Handles:
     it must not refer to the server) closes them when the server is garbage
     collected. ``srv`` and ``dev`` are the server's own c_void_p objects:
     closing zeroes them in place, so the server sees itself closed.
-    ``rx_thread``: the receive thread, once a frame callback ran on it."""
-    __slots__ = ("srv", "dev", "cb", "rx_thread")
+    ``rx_thread``: the receive thread, once a frame callback ran on it.
+    ``slab``: the view of the server's slab its frames' ``data`` slice (None
+    once closed); ``memory``: a weak reference to that view's exporter,
+    alive while any view of the slab is (the handle is destroyed only after)."""
+    __slots__ = ("srv", "dev", "cb", "rx_thread", "slab", "memory")
     cb: typing.Any  # the frame callback's C function pointer
     rx_thread: typing.Optional[int]
+    slab: typing.Optional[_SlabView]
+    memory: typing.Optional[typing.Callable[[], typing.Any]]
 
     def __init__(self, srv: ctypes.c_void_p, dev: ctypes.c_void_p):
         self.srv, self.dev, self.cb, self.rx_thread = srv, dev, None, None
+        self.slab = self.memory = None
         _live.add(self)
+
+    def attach_slab(self, mr_addr: int, mr_len: int) -> None:
+        """The slab's view, made once the server exists. Its exporter's end
+        (the last view of the slab gone) lets a closed server be destroyed."""
+        slab = _SlabView(self.srv.value, mr_addr, mr_len)
+        exporter = slab.memory()
+        self.memory = weakref.ref(exporter, _slab_freed)
+        self.slab = slab
 
     def stop(self) -> None:
         if self.srv:
             _lib().rocev2_server_stop(self.srv)
 
     def close(self) -> None:
-        """Destroys the server and closes the device (once: the finalizer
-        calls it). On the server's own receive thread (its frame callback
-        closed it, or dropped the last reference) the library's destroy must
-        not run: it stops (allowed there; the thread ends when the callback
-        returns) and leaves the rest to the next close on another thread."""
+        """Stops the server now (its thread and socket) and destroys it and
+        closes the device once nothing needs them (once: the finalizer calls
+        it): not on the server's own receive thread (its frame callback closed
+        it, or dropped the last reference: the library's destroy must not run
+        there; the thread ends when the callback returns), and not while a
+        view of its slab lives (a frame's ``data``, a slice of it: destroy
+        would free the memory it reads). :func:`_reap` does it then."""
         _live.discard(self)
         srv, dev, cb = self.srv.value, self.dev.value, self.cb
         self.srv.value = self.dev.value = self.cb = None
-        if srv and self.rx_thread == threading.get_ident():
+        self.slab = None
+        if srv:
             _lib().rocev2_server_stop(srv)
-            _deferred.append((srv, dev, cb, self.rx_thread))
-            return
-        _destroy(srv, dev)
+        _deferred.append((srv, dev, cb, self.rx_thread, self.memory))
         _reap()
 
 
 # Servers not yet closed (their handles), for the exit hook.
 _live: typing.Set[_Handles] = set()
-# Closed on their own receive thread, destroyed by the next close elsewhere:
-# (server, device, frame callback kept alive until then, receive thread).
-_deferred: typing.List[typing.Tuple[typing.Optional[int], typing.Optional[int], typing.Any, typing.Optional[int]]] = []
+# Closed (stopped), destroyed by _reap once neither their receive thread nor
+# a view of their slab needs them: (server, device, frame callback kept alive
+# until then, receive thread, weak reference to the slab's exporter).
+_deferred: typing.List[typing.Tuple[typing.Optional[int], typing.Optional[int], typing.Any,
+                                    typing.Optional[int], typing.Any]] = []
 
 
 def _destroy(srv: typing.Optional[int], dev: typing.Optional[int]) -> None:
@@ -102,18 +120,26 @@ def _destroy(srv: typing.Optional[int], dev: typing.Optional[int]) -> None:
 
 
 def _reap() -> None:
-    """Destroys the servers closed on their receive threads (but one whose
-    receive thread this is)."""
+    """Destroys the closed servers nothing needs any more: not one whose
+    receive thread this is, nor one a view of whose slab lives."""
     me = threading.get_ident()
     for _ in range(len(_deferred)):
         try:
             entry = _deferred.pop(0)
         except IndexError:
             return
-        if entry[3] == me:
+        if entry[3] == me or (entry[4] is not None and entry[4]() is not None):
             _deferred.append(entry)
         else:
             _destroy(entry[0], entry[1])
+
+
+def _slab_freed(_memory: typing.Any) -> None:
+    """The last view of a slab is gone: its closed server can go."""
+    try:
+        _reap()
+    except Exception:
+        pass  # a weak reference's callback: the next close or create reaps
 
 
 @atexit.register
@@ -170,7 +196,6 @@ class Server:
         # and the slab's view (per library handle).
         self._batches: typing.List[_Batch] = []
         self._token_arrays: typing.List[ctypes.Array[ctypes.c_uint64]] = []
-        self._slab: typing.Optional[_SlabView] = None
         gid_index = cfg.gidIndex
         if gid_index < 0:
             if cfg.deviceName == "soft":
@@ -198,6 +223,8 @@ class Server:
             sc = cfg._c_config()
             _check(_lib().rocev2_server_create(self._dev, ctypes.byref(sc), ctypes.byref(self._srv)))
             self.setFpgaGid(ip_to_gid_bytes(cfg.ip))
+            hp = self._hp()
+            self._h.attach_slab(hp.mr_addr, hp.mr_len)
         except BaseException:
             self.close()
             raise
@@ -233,10 +260,13 @@ class Server:
                 h.rx_thread = threading.get_ident()
             srv = server()
             on_frame = srv._cb_fn if srv is not None else None
-            if srv is None or on_frame is None:  # being collected: give the frame back
+            slab = h.slab
+            if srv is None or on_frame is None or slab is None:  # collected or closed: give it back
                 _lib().rocev2_server_release(handle, fp.contents.token)
                 return
-            on_frame(Frame(srv, fp.contents, handle))
+            # The library's struct is not ours to clear (take=False): on the
+            # receive thread no signal handler runs between here and arming.
+            on_frame(Frame(srv, fp.contents, handle, slab, take=False))
         cb = _FRAME_CB(trampoline)
         _check(_lib().rocev2_server_register_frame_callback(self._handle(), cb, None))
         h.cb = cb  # keep the C function pointer alive until the server is destroyed
@@ -294,6 +324,14 @@ class Server:
         self.close()
 
     # -- frames ------------------------------------------------------------
+    def _slab_of(self, handle: typing.Optional[int]) -> _SlabView:
+        """The slab view of library handle ``handle``: STOPPED once the server
+        was closed (or recreated) since ``handle`` was read."""
+        slab = self._h.slab
+        if slab is None or slab.handle != handle:
+            raise Rocev2Error(Status.STOPPED, "server is closed")
+        return slab
+
     def _poll_raw(self, timeout: typing.Optional[float]) -> typing.Optional[Frame]:
         """One frame in slices of a wait (see :data:`_SLICE_MS`)."""
         f = _Frame()
@@ -302,7 +340,8 @@ class Server:
         ms: typing.Optional[int]
         ms, deadline = _first_wait(timeout)
         poll, ref = _lib().rocev2_server_poll_frame, ctypes.byref(f)
-        handle = None
+        give_back = _loader.RELEASE
+        handle: typing.Optional[int] = 0
         try:
             while True:
                 handle = self._handle().value  # closed meanwhile: Rocev2Error (STOPPED)
@@ -314,13 +353,14 @@ class Server:
                     return None
             _check(st)
             _answered(f, "rocev2_server_poll_frame")
-            return Frame(self, f, handle)
+            return Frame(self, f, handle, self._slab_of(handle))
         except BaseException:
-            # Interrupted (Ctrl-C) after the library lent a frame, before a
-            # Frame owned it: give it back. (Should the Frame have been made
-            # after all, its own release is refused: tokens carry a generation.)
+            # Interrupted (a signal handler raising, Ctrl-C) or failed after
+            # the library lent a frame that no Frame took (a Frame clears
+            # f.token as it takes the loan): give it back, in one C call
+            # reached with no signal check on the way.
             if f.token:
-                _release_token(handle, f.token)
+                give_back(handle, f.token)
             raise
 
     def poll_frames(self, max_frames: int = 64,
@@ -344,7 +384,10 @@ class Server:
         size = _FRAME_RECORD.size
         frames: typing.List[Frame] = []
         b.got.value = 0
+        b.armed = 0
         hv = handle.value
+        give_back = _loader.RELEASE_MANY
+        words, tokens, token_words = b.words, b.tokens, b.token_words
         try:
             _STRUCT_SIZE.pack_into(b.raw, 0, size)
             ms: typing.Optional[int]
@@ -363,20 +406,18 @@ class Server:
                 _check(st)
             if _STRUCT_SIZE.unpack_from(b.raw)[0] != size:
                 _answered(b.frames[0], "rocev2_server_poll_frames")
-            slab = self._slab
-            if slab is None or slab.handle != hv:
-                hp = self.get_host_params()
-                slab = self._slab = _SlabView(hv, hp.mrAddr, hp.mrLen)
-            records = _FRAME_RECORD.iter_unpack(b.raw[:b.got.value * size])
-            return Frame._batch(self, hv, slab, records, frames)
+            arm_batch(self, b, self._slab_of(hv), b.got.value, frames)
+            return frames
         except BaseException:
-            # Interrupted (Ctrl-C) or failed after the library lent frames:
-            # give back those no Frame owns yet (the Frames made release
-            # themselves when dropped).
-            n = b.got.value
+            # Interrupted (a signal handler raising, Ctrl-C) or failed after
+            # the library lent frames: give back those no Frame took (records
+            # b.armed.. of b.got; the Frames made release theirs when
+            # dropped), gathered by one strided copy and given in one C call,
+            # with no signal check on the way.
+            token_words[:b.got.value - b.armed] = words[_TOKEN_WORD + _RECORD_WORDS * b.armed:
+                                                         _RECORD_WORDS * b.got.value:_RECORD_WORDS]
+            give_back(hv, tokens, b.got.value - b.armed)
             b.got.value = 0
-            for i in range(len(frames), n):
-                _release_token(hv, _FRAME_RECORD.unpack_from(b.raw, i * size)[7])
             raise
         finally:
             self._batches.append(b)
@@ -386,46 +427,50 @@ class Server:
         released ones are skipped). A frame whose ``data`` a consumer holds
         (see :class:`Frame`) stays on loan: the others are released, then
         BufferError says how many were kept."""
-        tokens: typing.List[int] = []
-        handle = None
-        others: typing.Dict[typing.Optional[int], typing.List[int]] = {}  # loans of other handles
+        mine: typing.Dict[typing.Optional[int], typing.List[Frame]] = {}  # by library handle
         held = seen = 0
         for f in frames:
             seen += 1
-            token = f._token
-            if token:
+            if f._loan is not None:
                 try:
                     f.data.release()
                 except BufferError:
                     held += 1
                     continue
-                f._token = 0
-                if f._handle == handle or handle is None:
-                    handle = f._handle
-                    tokens.append(token)
-                else:
-                    others.setdefault(f._handle, []).append(token)
-        if handle is not None:
-            self._release_many(handle, tokens)
-        for h, more in others.items():
-            self._release_many(h, more)
+                mine.setdefault(f._handle, []).append(f)
+        for h, group in mine.items():
+            self._release_many(h, group)
         if held:
             raise BufferError(f"{held} of {seen} frames kept: " + _HELD_EXPORT)
 
-    def _release_many(self, handle: typing.Optional[int], tokens: typing.List[int]) -> None:
-        """One rocev2_server_release_many through a kept token array."""
-        n = len(tokens)
+    def _release_many(self, handle: typing.Optional[int], frames: typing.List[Frame]) -> None:
+        """One rocev2_server_release_many through a kept token array. Each
+        frame's loan moves to the array (taken from the frame, stored, counted,
+        with no signal check between), so a signal's exception anywhere leaves
+        each loan either with its frame or in the array's first ``n``, which
+        the handler gives back in one C call."""
         try:
             arr = self._token_arrays.pop()
         except IndexError:
             arr = None
-        if arr is None or len(arr) < n:
-            arr = (ctypes.c_uint64 * max(n, 64))()
+        if arr is None or len(arr) < len(frames):
+            arr = (ctypes.c_uint64 * max(len(frames), 64))()
+        give_back = _loader.RELEASE_MANY
+        n = 0
         try:
-            arr[:n] = typing.cast(typing.List[typing.Any], tokens)
-            _check(_raw("rocev2_server_release_many")(ctypes.c_void_p(handle), arr, ctypes.c_size_t(n)))
-        finally:
-            self._token_arrays.append(arr)
+            for f in frames:
+                loan, f._loan = f._loan, None
+                if loan is not None:
+                    f._slab.armed[f.slot] = None
+                    arr[n] = loan._as_parameter_
+                    n += 1
+                    loan = None  # disarmed: the loan is the array's
+        except BaseException:
+            give_back(handle, arr, n)
+            raise
+        st = give_back(handle, arr, n)
+        self._token_arrays.append(arr)
+        _check(st)
 
     def poll(self, timeout: typing.Optional[float] = None,
              channel: typing.Optional[int] = None) -> typing.Optional[Frame]:

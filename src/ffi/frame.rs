@@ -61,7 +61,8 @@ unsafe impl SizedStruct for rocev2_frame {
     const READ: bool = false;
 }
 
-/// Hands a frame's loan to C: its token now holds the frame's reference.
+/// Hands a frame's loan to C as a token (the core keeps the frame's
+/// reference for it until the token is released).
 pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
     // Pointer and length from one slice: they always describe readable bytes.
     let (data, len) = (f.data().as_ptr(), f.data().len() as u32);
@@ -75,7 +76,7 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
         RxTimeSource::Kernel => ROCEV2_FRAME_RX_TIME_KERNEL,
         RxTimeSource::Poll => ROCEV2_FRAME_RX_TIME_POLL,
     };
-    let (token, _core) = f.into_token();
+    let token = f.into_token();
     rocev2_frame {
         struct_size: std::mem::size_of::<rocev2_frame>() as u32,
         flags,
@@ -212,9 +213,10 @@ pub unsafe extern "C" fn rocev2_server_release_many(
                 }
             }
         }
-        // Each released loan held one strong reference (Frame::into_token);
-        // they go back through `core`, which may then free the server.
-        handles::give_back_token_refs(srv, core, released);
+        // `core` may be the last reference now (the tokens' went back in
+        // release_token): the registry forgets a server that is gone.
+        let _ = released;
+        handles::done_with(srv, core);
         match first_bad {
             None => Ok(()),
             Some((i, e)) => Err(Error::new(e.kind(), format!("tokens[{i}]: {e}"))),
@@ -226,8 +228,9 @@ pub unsafe extern "C" fn rocev2_server_release_many(
 /// from any thread, at any time (also inside the callback, after stop, and
 /// after destroy for tokens still outstanding). Never blocks.
 /// ROCEV2_ERR_UNKNOWN_TOKEN for an unknown or already released token, a
-/// token of another server (each server's tokens carry its own tag), or a
-/// handle whose server is gone; nothing is released then.
+/// token of another server, or a handle whose server is gone; nothing is
+/// released then. Every loan of the process has its own token value, never
+/// reused, so such a token is refused whatever came between (no wrap).
 ///
 /// Thread safety: any thread, concurrently with any call (destroy included:
 /// the token keeps the server's memory alive).
@@ -238,10 +241,10 @@ pub unsafe extern "C" fn rocev2_server_release(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let core = handles::server_for_release(srv)?;
-        core.release_token(token)?;
-        // The loan just released held one strong reference (handed out by
-        // Frame::into_token); it goes back through `core`.
-        handles::give_back_token_refs(srv, core, 1);
-        Ok(())
+        let released = core.release_token(token);
+        // `core` may be the last reference now (the token's went back in
+        // release_token): the registry forgets a server that is gone.
+        handles::done_with(srv, core);
+        released
     })
 }

@@ -667,7 +667,9 @@ pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_s
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
     guard_or(fn_name!(), (), || {
-        if srv.is_null() {
+        if srv.is_null() || super::handles::is_forked(srv) {
+            // A forked child's copy of its parent's server: its threads are
+            // not here and its locks may be taken; left alone.
             return Ok(());
         }
         match super::handles::unregister(srv) {

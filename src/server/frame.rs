@@ -2,39 +2,33 @@
 
 use std::sync::Arc;
 
-use super::slab::GEN_MASK;
 use super::ServerCore;
 
-/// Server tags are 24 bits (see [`Token`]).
-pub(crate) const TAG_MASK: u32 = 0xff_ffff;
-
-/// A C release token, `tag << 40 | generation << 16 | slot`: the server's
-/// tag (24 bits, never 0, so a token is never 0), the loan's generation (24
-/// bits) and the slot (16 bits: at most 65536 slots). A token of another
-/// server carries another tag; a token of an earlier loan of the same slot,
-/// another generation.
+/// A C release token, `serial << 16 | slot`: the loan's serial (48 bits,
+/// never 0, so a token is never 0) and the slot (16 bits: at most 65536
+/// slots). Serials are unique in the process (`slab::SERIAL_LIMIT`): a
+/// token of another server, or of an earlier loan of the same slot, names
+/// a serial no live loan of this server carries, and is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Token {
-    pub tag: u32,
-    pub gen: u32,
+    pub serial: u64,
     pub slot: u32,
 }
 
 impl Token {
     /// The 64-bit value C sees.
     pub fn encode(self) -> u64 {
-        ((self.tag as u64) << 40) | ((self.gen as u64) << 16) | self.slot as u64
+        (self.serial << 16) | self.slot as u64
     }
 
-    /// The token `v` names, if its fields are in range (a value C made up
-    /// may still name no loan: the loan table decides).
+    /// The token `v` names, if it is not 0 (a value C made up may still
+    /// name no loan: the loan table decides).
     pub fn decode(v: u64) -> Option<Token> {
         let t = Token {
-            tag: (v >> 40) as u32,
-            gen: ((v >> 16) as u32) & GEN_MASK,
+            serial: v >> 16,
             slot: (v & 0xffff) as u32,
         };
-        (t.tag != 0 && t.gen != 0).then_some(t)
+        (t.serial != 0).then_some(t)
     }
 }
 
@@ -57,10 +51,10 @@ pub struct Frame {
     /// The frame's reference to its core: `Some` for as long as the frame
     /// lives; taken by `drop` (handed to the release path, which keeps it
     /// for the receive thread's next frame when the frame is released on
-    /// that thread) or by `into_token` (handed to the token).
+    /// that thread) or by `into_token` (kept by the core for the token).
     pub(super) core: Option<Arc<ServerCore>>,
     pub(super) slot: u32,
-    pub(super) gen: u32,
+    pub(super) serial: u64,
     pub(super) len: u32,
     pub(super) imm: Option<u32>,
     /// When its last packet was received (CLOCK_REALTIME ns) and how that
@@ -74,7 +68,7 @@ impl Frame {
     pub fn data(&self) -> &[u8] {
         self.core
             .as_ref()
-            .and_then(|c| c.slab.loaned(self.slot, self.gen, self.len))
+            .and_then(|c| c.slab.loaned(self.slot, self.serial, self.len))
             .unwrap_or(&[])
     }
     /// Payload length in bytes.
@@ -122,28 +116,28 @@ impl Frame {
 
     /// Turns the loan into a release token for [`ServerCore::release_token`]
     /// (the loan table marks it a token's loan, which only a token release
-    /// ends). One strong reference to the core is handed to the token
-    /// (returned as a raw pointer): whoever releases the token must give it
-    /// back with `Arc::decrement_strong_count`. Tokens are never 0.
-    pub(crate) fn into_token(mut self) -> (u64, *const ServerCore) {
+    /// ends). The frame's reference to the core goes to the core's
+    /// `token_refs` (the core outlives its handle while tokens are
+    /// outstanding); `release_token` takes one back. Tokens are never 0.
+    pub(crate) fn into_token(mut self) -> u64 {
         let core = self.core.take().expect("a live frame holds its core");
         // A frame's loan cannot be ended by anyone but the frame (a token
         // release needs the token state set here), so this always succeeds.
-        let handed = core.slab.to_token(self.slot, self.gen);
+        let handed = core.slab.to_token(self.slot, self.serial);
         debug_assert!(handed, "a live frame's loan is a frame's loan");
         let token = Token {
-            tag: core.tag,
-            gen: self.gen,
+            serial: self.serial,
             slot: self.slot,
         };
-        (token.encode(), Arc::into_raw(core))
+        ServerCore::keep_for_token(core);
+        token.encode()
     }
 }
 
 impl Drop for Frame {
     fn drop(&mut self) {
         if let Some(core) = self.core.take() {
-            ServerCore::release_frame(core, self.slot, self.gen);
+            ServerCore::release_frame(core, self.slot, self.serial);
         }
     }
 }

@@ -23,7 +23,7 @@ mod thread;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -71,7 +71,7 @@ struct Control {
 #[derive(Clone, Copy)]
 struct PendingFrame {
     slot: u32,
-    gen: u32,
+    serial: u64,
     len: u32,
     imm: Option<u32>,
     /// When its last packet was received (CLOCK_REALTIME ns), and whose
@@ -84,10 +84,6 @@ struct PendingFrame {
 /// Memory of loaned slots lives here, so it stays valid until the handle is
 /// gone *and* the last loan is released.
 pub struct ServerCore {
-    /// This server's token tag (24 bits, never 0; see `Frame::into_token`):
-    /// consecutive servers of a process get consecutive tags from a random
-    /// start, so no two of the last 2^24 servers share one.
-    tag: u32,
     cfg: ServerConfig,
     device_name: String,
     slab: Arc<Slab>,
@@ -100,6 +96,10 @@ pub struct ServerCore {
     /// Released slots, pushed from any thread, drained by the receive
     /// thread (crossbeam's bounded MPMC queue: capacity = slot count).
     releases: ArrayQueue<u32>,
+    /// One reference to this core per outstanding C token (the frame's,
+    /// kept by `Frame::into_token`; `release_token` takes one back): while
+    /// tokens are out, the core outlives its handle. Capacity = slot count.
+    token_refs: ArrayQueue<Arc<ServerCore>>,
     wake: EventFd,
     parked: AtomicBool,
     stopping: AtomicBool,
@@ -131,19 +131,6 @@ struct End {
     error: bool,
     /// What happened, for an operator.
     cause: String,
-}
-
-/// The next server's token tag: a process-wide counter from a random start,
-/// 24 bits, skipping 0.
-fn next_tag() -> u32 {
-    static NEXT: once_cell::sync::Lazy<AtomicU32> =
-        once_cell::sync::Lazy::new(|| AtomicU32::new(random_u32()));
-    loop {
-        let t = NEXT.fetch_add(1, Ordering::Relaxed) & frame::TAG_MASK;
-        if t != 0 {
-            return t;
-        }
-    }
 }
 
 impl ServerCore {
@@ -194,10 +181,10 @@ impl ServerCore {
             host.gid
         );
         Ok(Arc::new(ServerCore {
-            tag: next_tag(),
             cfg: cfg.clone(),
             device_name: device_name.to_string(),
             releases: ArrayQueue::new(cfg.rx_queue_depth as usize),
+            token_refs: ArrayQueue::new(cfg.rx_queue_depth as usize),
             slab,
             host,
             counters: Counters::default(),
@@ -469,7 +456,7 @@ impl ServerCore {
             .drain(..)
             .collect();
         for p in pending {
-            let _ = self.release_loan(p.slot, p.gen);
+            let _ = self.release_loan(p.slot, p.serial);
         }
     }
 
@@ -482,7 +469,7 @@ impl ServerCore {
         Frame {
             core: Some(Arc::clone(self)),
             slot: p.slot,
-            gen: p.gen,
+            serial: p.serial,
             len: p.len,
             imm: p.imm,
             rx_ns: p.rx_ns,

@@ -131,14 +131,14 @@ impl Drop for OwnThread<'_> {
 }
 
 impl ServerCore {
-    /// Ends loan `(slot, gen)`: the loan table's compare-exchange, so one
+    /// Ends loan `(slot, serial)`: the loan table's compare-exchange, so one
     /// release wins.
-    fn end_loan(&self, slot: u32, gen: u32) -> Result<()> {
-        if self.slab.release(slot, gen) {
+    fn end_loan(&self, slot: u32, serial: u64) -> Result<()> {
+        if self.slab.release(slot, serial) {
             return Ok(());
         }
         Err(self.invalid_release(format!(
-            "frame loan (slot {slot}, generation {gen}) is unknown or already \
+            "frame loan (slot {slot}, serial {serial}) is unknown or already \
              released: release each frame exactly once"
         )))
     }
@@ -167,10 +167,10 @@ impl ServerCore {
         }
     }
 
-    /// Ends a frame's loan `(slot, gen)` (one queued for poll) and queues
-    /// the slot for re-posting. Never blocks.
-    pub(super) fn release_loan(&self, slot: u32, gen: u32) -> Result<()> {
-        self.end_loan(slot, gen)?;
+    /// Ends a frame's loan `(slot, serial)` (one queued for poll) and
+    /// queues the slot for re-posting. Never blocks.
+    pub(super) fn release_loan(&self, slot: u32, serial: u64) -> Result<()> {
+        self.end_loan(slot, serial)?;
         self.requeue(slot);
         Ok(())
     }
@@ -188,8 +188,8 @@ impl ServerCore {
     /// slot; on the core's receive thread the frame's reference `core` is
     /// kept for the next frame. (A frame's loan is ended only by the frame,
     /// so this cannot fail.)
-    pub(super) fn release_frame(core: Arc<ServerCore>, slot: u32, gen: u32) {
-        if core.end_loan(slot, gen).is_err() {
+    pub(super) fn release_frame(core: Arc<ServerCore>, slot: u32, serial: u64) {
+        if core.end_loan(slot, serial).is_err() {
             return;
         }
         let me = Arc::as_ptr(&core);
@@ -203,27 +203,47 @@ impl ServerCore {
         }
     }
 
-    /// Releases a token made by [`Frame::into_token`]: only a token of this
-    /// server (its tag) whose loan was handed out as a token and not yet
-    /// released. On success the caller owns one strong reference to give
-    /// back (see `into_token`); on failure nothing was touched.
+    /// Keeps `core`, a frame's reference, for the token the frame became
+    /// ([`Frame::into_token`]): one per outstanding token, so the core
+    /// outlives its handle while tokens are out.
+    pub(super) fn keep_for_token(core: Arc<ServerCore>) {
+        // At most one token per slot is outstanding and the queue holds one
+        // per slot, so it is never full (and if it were, the reference would
+        // only be dropped early: the caller's handle or frame holds another).
+        let me = Arc::clone(&core);
+        let kept = me.token_refs.push(core);
+        debug_assert!(kept.is_ok(), "more tokens than slots");
+    }
+
+    /// Releases a token made by [`Frame::into_token`]: only a token whose
+    /// loan this server handed out as a token and did not release yet (a
+    /// token of another server, or a stale one, names a serial none of its
+    /// loans carries), and gives back the reference `into_token` kept for
+    /// it. On failure nothing was touched.
     pub(crate) fn release_token(&self, token: u64) -> Result<()> {
-        let t = Token::decode(token).filter(|t| t.tag == self.tag && t.slot < self.slab.slots());
+        let t = Token::decode(token).filter(|t| t.slot < self.slab.slots());
         let Some(t) = t else {
             return Err(self.invalid_release(format!(
-                "release token {token:#x} is not a token of this server (its tokens \
-                 carry tag {:#08x}): release each token with the server that gave it",
-                self.tag
+                "release token {token:#x} is no token of this server (slot {} of {} slots): \
+                 release each token with the server that gave it",
+                token & 0xffff,
+                self.slab.slots()
             )));
         };
-        if !self.slab.release_token(t.slot, t.gen) {
+        if !self.slab.release_token(t.slot, t.serial) {
             return Err(self.invalid_release(format!(
-                "release token {token:#x} (slot {}, generation {}) is unknown or \
-                 already released: release each frame exactly once",
-                t.slot, t.gen
+                "release token {token:#x} (slot {}, serial {}) is unknown, already released \
+                 or another server's: release each frame exactly once, with the server that \
+                 gave it",
+                t.slot, t.serial
             )));
         }
+        // The caller reached `self` through a reference of its own, so this
+        // one is never the last.
+        let kept = self.token_refs.pop();
+        debug_assert!(kept.is_some(), "a token's reference was kept");
         self.requeue(t.slot);
+        drop(kept);
         Ok(())
     }
 }

@@ -15,26 +15,38 @@ use crate::error::{Error, ErrorKind, Result};
 /// Slab alignment: page size, as the NIC and rogue expect.
 pub const SLAB_ALIGN: usize = 4096;
 
-/// Loan generations are 24 bits (they wrap, skipping 0), so that a C token
-/// holds slot, generation and server tag in 64 bits (see `frame.rs`).
-pub(crate) const GEN_MASK: u32 = 0xff_ffff;
+/// Loans are numbered by *serials*: 48 bits, so that a C token holds serial
+/// and slot in 64 bits (see `frame.rs`). Every loan of the process, of any
+/// server, has its own serial, never reused: a token of another server, or
+/// of an earlier loan of the same slot, names a serial no live loan carries,
+/// so the loan table refuses it (not "probably": no two loans ever share
+/// one). Serials run out after 2^48 loans in one process (about 325 days at
+/// 10 million frames a second); loans are refused then (`Slab::loan`).
+pub(crate) const SERIAL_LIMIT: u64 = 1 << 48;
+/// Serials go to a slab in blocks of this many (one atomic operation on the
+/// process-wide counter per block, not per loan), each block to one slab.
+const BLOCK: u64 = 256;
+/// The process's next block of serials (serial = block * BLOCK + i). Block 0
+/// is never handed out, so no serial (and no token) is 0.
+static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
 /// Loan state bits: the slot is on loan...
 const LOANED: u64 = 1;
 /// ... and that loan was handed to C as a token.
 const TOKENED: u64 = 2;
 
 /// A slot's loan state word.
-fn state(gen: u32, bits: u64) -> u64 {
-    ((gen as u64) << 2) | bits
+fn state(serial: u64, bits: u64) -> u64 {
+    (serial << 2) | bits
 }
 
 /// `rx_queue_depth` slots of `slot_size` bytes in one page-aligned, zeroed
-/// allocation, plus a per-slot loan state `generation << 2 | tokened << 1 |
+/// allocation, plus a per-slot loan state `serial << 2 | tokened << 1 |
 /// loaned`.
 ///
 /// A slot is either *owned by the receiver* (posted to the NIC, or waiting to
-/// be re-posted) or *loaned* to a consumer under a generation number (24
-/// bits, never 0: it travels in a C release token). A loan is held either by
+/// be re-posted) or *loaned* to a consumer under a serial (48 bits, never 0,
+/// unique in the process, see [`SERIAL_LIMIT`]: it travels in a C release
+/// token). A loan is held either by
 /// a Rust [`Frame`](super::Frame) or, once handed to C, by a *token*
 /// ([`Slab::to_token`]); each kind of release ends only its own kind of loan,
 /// so a token can never release a loan a `Frame` still holds. Only a loaned
@@ -46,6 +58,13 @@ pub(crate) struct Slab {
     slot_size: u32,
     slots: u32,
     state: Box<[AtomicU64]>,
+    /// The next serial of this slab's block, and the block's end (equal: no
+    /// block yet, or used up). Written by the loaning thread only.
+    next_serial: AtomicU64,
+    block_end: AtomicU64,
+    /// Where blocks come from: [`NEXT_BLOCK`] (a test's own counter to
+    /// force the end of the serial space).
+    blocks: &'static AtomicU64,
 }
 
 // SAFETY: the slab is plain memory; concurrent access is governed by the loan
@@ -80,6 +99,9 @@ impl Slab {
             slot_size,
             slots,
             state,
+            next_serial: AtomicU64::new(0),
+            block_end: AtomicU64::new(0),
+            blocks: &NEXT_BLOCK,
         })
     }
 
@@ -106,23 +128,57 @@ impl Slab {
     }
 
     /// Marks the receiver-owned `slot` loaned (to a `Frame`); returns the
-    /// loan's generation (1..=GEN_MASK), or `None` if the slot is out of
-    /// range or already loaned. Receive thread only.
-    pub fn loan(&self, slot: u32) -> Option<u32> {
+    /// loan's serial, or `None` if the slot is out of range or already
+    /// loaned, or the process's serials are used up
+    /// ([`Slab::serials_exhausted`]). Receive thread only.
+    pub fn loan(&self, slot: u32) -> Option<u64> {
         let st = self.state.get(slot as usize)?;
         let cur = st.load(Ordering::Acquire);
         if cur & LOANED != 0 {
             return None;
         }
-        let mut gen = ((cur >> 2) as u32).wrapping_add(1) & GEN_MASK;
-        if gen == 0 {
-            gen = 1;
-        }
+        let serial = self.next_serial()?;
         // A plain store, no compare-exchange: only the receive thread loans,
         // and while a slot is receiver-owned no release can succeed on it
-        // (a release CAS expects the loaned state of its own generation).
-        st.store(state(gen, LOANED), Ordering::Release);
-        Some(gen)
+        // (a release CAS expects the loaned state of its own serial).
+        st.store(state(serial, LOANED), Ordering::Release);
+        Some(serial)
+    }
+
+    /// The next serial: from this slab's block, or a new block (`None` once
+    /// the process's serials are used up). One thread loans at a time, so
+    /// plain loads and stores of the cursor suffice.
+    fn next_serial(&self) -> Option<u64> {
+        let mut s = self.next_serial.load(Ordering::Relaxed);
+        if s == self.block_end.load(Ordering::Relaxed) {
+            let block = self
+                .blocks
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    (b < SERIAL_LIMIT / BLOCK).then_some(b + 1)
+                })
+                .ok()?;
+            s = block * BLOCK;
+            self.block_end.store(s + BLOCK, Ordering::Relaxed);
+        }
+        self.next_serial.store(s + 1, Ordering::Relaxed);
+        Some(s)
+    }
+
+    /// Moves this slab's serials on as `n` loans would (a test forcing
+    /// what would take hours of traffic).
+    #[cfg(test)]
+    pub fn skip_loans(&self, n: u64) {
+        let blocks = n.div_ceil(BLOCK).max(1);
+        let last = self.blocks.fetch_add(blocks, Ordering::Relaxed) + blocks - 1;
+        self.next_serial.store(last * BLOCK, Ordering::Relaxed);
+        self.block_end.store((last + 1) * BLOCK, Ordering::Relaxed);
+    }
+
+    /// True once this slab can make no more loans: the process handed out
+    /// all [`SERIAL_LIMIT`] serials (and this slab's block is used up).
+    pub fn serials_exhausted(&self) -> bool {
+        self.next_serial.load(Ordering::Relaxed) == self.block_end.load(Ordering::Relaxed)
+            && self.blocks.load(Ordering::Relaxed) >= SERIAL_LIMIT / BLOCK
     }
 
     /// One compare-exchange of `slot`'s state from `from` to `to`.
@@ -133,29 +189,29 @@ impl Slab {
         })
     }
 
-    /// Ends a `Frame`'s loan `(slot, gen)`; false if the slot is not loaned
-    /// to a frame under that generation (released, or handed to a token).
-    pub fn release(&self, slot: u32, gen: u32) -> bool {
-        self.swap_state(slot, state(gen, LOANED), state(gen, 0))
+    /// Ends a `Frame`'s loan `(slot, serial)`; false if the slot is not
+    /// loaned to a frame under that serial (released, or handed to a token).
+    pub fn release(&self, slot: u32, serial: u64) -> bool {
+        self.swap_state(slot, state(serial, LOANED), state(serial, 0))
     }
 
-    /// Hands a `Frame`'s loan `(slot, gen)` to a C token; false if it is
+    /// Hands a `Frame`'s loan `(slot, serial)` to a C token; false if it is
     /// not such a loan.
-    pub fn to_token(&self, slot: u32, gen: u32) -> bool {
-        self.swap_state(slot, state(gen, LOANED), state(gen, LOANED | TOKENED))
+    pub fn to_token(&self, slot: u32, serial: u64) -> bool {
+        self.swap_state(slot, state(serial, LOANED), state(serial, LOANED | TOKENED))
     }
 
-    /// Ends a token's loan `(slot, gen)`; false unless that loan was handed
-    /// out as a token ([`Slab::to_token`]) and not yet released.
-    pub fn release_token(&self, slot: u32, gen: u32) -> bool {
-        self.swap_state(slot, state(gen, LOANED | TOKENED), state(gen, 0))
+    /// Ends a token's loan `(slot, serial)`; false unless that loan was
+    /// handed out as a token ([`Slab::to_token`]) and not yet released.
+    pub fn release_token(&self, slot: u32, serial: u64) -> bool {
+        self.swap_state(slot, state(serial, LOANED | TOKENED), state(serial, 0))
     }
 
-    /// True while `(slot, gen)` is on loan (to a frame or a token).
-    pub fn is_loaned(&self, slot: u32, gen: u32) -> bool {
+    /// True while `(slot, serial)` is on loan (to a frame or a token).
+    pub fn is_loaned(&self, slot: u32, serial: u64) -> bool {
         self.state.get(slot as usize).is_some_and(|st| {
             let s = st.load(Ordering::Acquire);
-            s & LOANED != 0 && s >> 2 == gen as u64
+            s & LOANED != 0 && s >> 2 == serial
         })
     }
 
@@ -167,10 +223,10 @@ impl Slab {
             .count() as u32
     }
 
-    /// The first `len` bytes of loaned slot `(slot, gen)`, or `None` if that loan
-    /// is not live or `len` exceeds the slot.
-    pub fn loaned(&self, slot: u32, gen: u32, len: u32) -> Option<&[u8]> {
-        if len > self.slot_size || !self.is_loaned(slot, gen) {
+    /// The first `len` bytes of loaned slot `(slot, serial)`, or `None` if
+    /// that loan is not live or `len` exceeds the slot.
+    pub fn loaned(&self, slot: u32, serial: u64, len: u32) -> Option<&[u8]> {
+        if len > self.slot_size || !self.is_loaned(slot, serial) {
             return None;
         }
         // SAFETY: slot < slots (is_loaned checked the index) and len <= slot_size,
@@ -290,10 +346,51 @@ mod tests {
         assert_eq!(s.loans_outstanding(), 0);
     }
 
+    /// A slab drawing serials from its own counter, `left` blocks before
+    /// the end of the serial space.
+    fn slab_near_the_end(slots: u32, left: u64) -> Slab {
+        let mut s = Slab::new(64, slots).unwrap();
+        s.blocks = Box::leak(Box::new(AtomicU64::new(SERIAL_LIMIT / BLOCK - left)));
+        s
+    }
+
     #[test]
-    fn generations_wrap_in_24_bits_and_skip_zero() {
-        let s = Slab::new(64, 1).unwrap();
-        s.state[0].store(state(GEN_MASK, 0), Ordering::Relaxed);
-        assert_eq!(s.loan(0), Some(1));
+    fn serials_never_repeat_and_run_out_instead_of_wrapping() {
+        // Issue 38 finding 5: 24-bit generations wrapped after 2^24 loans of
+        // a slot, and a stale token's loan came back. Serials are unique in
+        // the process: at the end of their space loans are refused.
+        let s = slab_near_the_end(1, 1);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..BLOCK {
+            let serial = s.loan(0).expect("serials left");
+            assert!(serial != 0 && serial < SERIAL_LIMIT);
+            assert!(seen.insert(serial), "serial {serial} repeated");
+            assert!(s.release(0, serial));
+            assert!(!s.serials_exhausted() || seen.len() as u64 == BLOCK);
+        }
+        assert!(s.serials_exhausted());
+        assert_eq!(
+            s.loan(0),
+            None,
+            "no serial left: no loan (never a reused one)"
+        );
+        assert_eq!(s.loans_outstanding(), 0);
+    }
+
+    #[test]
+    fn two_slabs_never_share_a_serial() {
+        let (a, b) = (Slab::new(64, 2).unwrap(), Slab::new(64, 2).unwrap());
+        let (mut sa, mut sb) = (Vec::new(), Vec::new());
+        for _ in 0..3 * BLOCK {
+            sa.push(a.loan(0).unwrap());
+            assert!(a.release(0, *sa.last().unwrap()));
+            sb.push(b.loan(0).unwrap());
+            assert!(b.release(0, *sb.last().unwrap()));
+        }
+        let all: std::collections::HashSet<u64> = sa.iter().chain(&sb).copied().collect();
+        assert_eq!(all.len(), sa.len() + sb.len());
+        // And a loan of one is never the other's.
+        let g = a.loan(1).unwrap();
+        assert!(!b.is_loaned(1, g));
     }
 }

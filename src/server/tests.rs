@@ -310,13 +310,16 @@ fn tokens_release_exactly_once() {
         .poll_frame(Some(Duration::from_secs(10)))
         .unwrap()
         .unwrap();
-    let (token, ptr) = f.into_token();
+    let token = f.into_token();
     assert_ne!(token, 0);
-    assert_eq!(ptr, Arc::as_ptr(&h.core));
     assert_eq!(h.core.stats().loans_outstanding, 1);
+    assert_eq!(
+        Arc::strong_count(&h.core),
+        3,
+        "handle + receive thread + the token's, kept by the core"
+    );
     h.core.release_token(token).unwrap();
-    // SAFETY: the successful release hands back the reference into_token kept.
-    unsafe { Arc::decrement_strong_count(ptr) };
+    assert_eq!(Arc::strong_count(&h.core), 2, "the token's given back");
     let e = h.core.release_token(token).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UnknownToken);
     assert!(e.message().contains("already"), "{e}");
@@ -332,6 +335,59 @@ fn tokens_release_exactly_once() {
     assert_eq!(Arc::strong_count(&h.core), 2, "handle + receive thread");
     h.core.stop();
     assert_eq!(Arc::strong_count(&h.core), 1);
+}
+
+/// A frame of `h` (sent and polled) turned into a token.
+fn token_of(h: &Harness, imm: u32) -> u64 {
+    h.send(b"abc", imm);
+    let f = h
+        .core
+        .poll_frame(Some(Duration::from_secs(10)))
+        .unwrap()
+        .unwrap();
+    f.into_token()
+}
+
+#[test]
+fn a_stale_token_is_refused_however_many_loans_of_its_slot_came_between() {
+    // Issue 38 finding 5: generations were 24 bits; the 2^24-th loan of a
+    // slot after a stale token's had its generation, and the stale token
+    // released it.
+    let h = Harness::new(1, 64);
+    h.connect();
+    let stale = token_of(&h, 0);
+    h.core.release_token(stale).unwrap();
+    h.core.slab.skip_loans((1 << 24) - 1);
+    let live = token_of(&h, 1);
+    let e = h.core.release_token(stale).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownToken);
+    assert_eq!(h.core.stats().loans_outstanding, 1, "the live loan kept");
+    h.core.release_token(live).unwrap();
+    assert_eq!(h.core.stats().loans_outstanding, 0);
+    h.core.stop();
+}
+
+#[test]
+fn a_token_of_another_server_is_refused_however_many_servers_came_between() {
+    // Issue 38 finding 5: the per-server tag was a 24-bit counter, so the
+    // 2^24-th server after A shared A's tag and took A's tokens. Here B
+    // comes right after A and each takes 2^24 loans' worth of serials.
+    let a = Harness::new(1, 64);
+    a.core.slab.skip_loans(1 << 24);
+    let b = Harness::new(1, 64);
+    b.core.slab.skip_loans(1 << 24);
+    a.connect();
+    b.connect();
+    let (ta, tb) = (token_of(&a, 0), token_of(&b, 0));
+    for (core, other) in [(&a.core, tb), (&b.core, ta)] {
+        let e = core.release_token(other).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownToken);
+        assert_eq!(core.stats().loans_outstanding, 1, "its own loan kept");
+    }
+    a.core.release_token(ta).unwrap();
+    b.core.release_token(tb).unwrap();
+    a.core.stop();
+    b.core.stop();
 }
 
 #[test]

@@ -498,7 +498,18 @@ impl ServerCore {
         cores: &mut Vec<Arc<ServerCore>>,
     ) -> Result<()> {
         let slot = c.slot;
-        let Some(gen) = self.slab.loan(slot) else {
+        let Some(serial) = self.slab.loan(slot) else {
+            if self.slab.serials_exhausted() {
+                return Err(Error::new(
+                    ErrorKind::Stopped,
+                    format!(
+                        "this process has made {} frame loans, all the loan serials there are \
+                         (a release token is never reused, so none is made twice): restart the \
+                         process to receive again",
+                        slab::SERIAL_LIMIT
+                    ),
+                ));
+            }
             return Err(Error::new(
                 ErrorKind::Internal,
                 format!("completion for slot {slot} which is on loan"),
@@ -513,7 +524,7 @@ impl ServerCore {
                 .unwrap_or_else(|e| e.into_inner())
                 .push_back(PendingFrame {
                     slot,
-                    gen,
+                    serial,
                     len,
                     imm,
                     rx_ns,
@@ -525,7 +536,7 @@ impl ServerCore {
         let frame = Frame {
             core: Some(cores.pop().unwrap_or_else(|| Arc::clone(self))),
             slot,
-            gen,
+            serial,
             len,
             imm,
             rx_ns,

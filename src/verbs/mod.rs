@@ -72,18 +72,34 @@ impl DeviceList {
             len: if list.is_null() { 0 } else { n.max(0) as usize },
         }
     }
+    /// The devices, named. The list ends at its NULL entry or after `*num`
+    /// entries, whichever comes first (a library whose count overstates its
+    /// list is not read past the end); a device without a name (NULL from
+    /// `ibv_get_device_name`) is left out, with a warning.
     fn devices(&self) -> Vec<(String, *mut ibv_device)> {
-        (0..self.len)
-            .map(|i| {
-                // SAFETY: i < len entries of a list returned by ibv_get_device_list;
-                // ibv_get_device_name returns a NUL-terminated string owned by it.
-                unsafe {
-                    let dev = *self.list.add(i);
-                    let name = CStr::from_ptr((self.api.ibv_get_device_name)(dev));
-                    (name.to_string_lossy().into_owned(), dev)
-                }
-            })
-            .collect()
+        let mut out = Vec::new();
+        for i in 0..self.len {
+            // SAFETY: i < len, and no NULL entry came before i: an entry of
+            // the list ibv_get_device_list returned.
+            let dev = unsafe { *self.list.add(i) };
+            if dev.is_null() {
+                break;
+            }
+            // SAFETY: dev is a device of the live list.
+            let name = unsafe { (self.api.ibv_get_device_name)(dev) };
+            if name.is_null() {
+                log::warn!(
+                    "libibverbs gave device #{i} of its list no name (ibv_get_device_name \
+                     returned NULL): left out; check the RDMA provider (rdma-core) install"
+                );
+                continue;
+            }
+            // SAFETY: non-NULL: a NUL-terminated string the library owns
+            // while the list lives; copied at once.
+            let name = unsafe { CStr::from_ptr(name) };
+            out.push((name.to_string_lossy().into_owned(), dev));
+        }
+        out
     }
 }
 

@@ -76,12 +76,24 @@ static rocev2_server* make_server(rocev2_device** dev, uint32_t depth) {
 }
 
 /* ---- callback mode: half the loans are released later by another thread ---- */
+/* The odd frames' tokens go through a 1-deep mailbox (mutex + condition
+ * variable: the releaser sleeps while it is empty) to the releaser thread.
+ * `finished` counts callbacks that have returned (their token released or
+ * handed over); the releaser, told to stop, empties the mailbox first. So
+ * once finished == N and the releaser is joined, every loan has ended.
+ * (Issue 38 finding 11: the main thread used to stop the releaser when the
+ * callbacks *started* N times, so the last token could stay on loan, and
+ * the releaser spun a whole core.) */
 struct cb_state {
     rocev2_server* srv;
     atomic_ullong next;
+    atomic_ullong finished;
     atomic_int errors;
-    uint64_t held[64];
-    atomic_int nheld;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int nheld; /* under mu */
+    uint64_t held; /* under mu */
+    int stop; /* under mu */
 };
 
 static void on_frame(void* user, const rocev2_frame* f) {
@@ -95,22 +107,31 @@ static void on_frame(void* user, const rocev2_frame* f) {
     if (seq % 2 == 0) {
         if (rocev2_server_release(st->srv, f->token) != ROCEV2_OK) atomic_fetch_add(&st->errors, 1);
     } else {
-        /* Hand the token to the releaser thread (a 1-deep mailbox per frame). */
-        while (atomic_load(&st->nheld) != 0) { /* wait for the releaser */ }
-        st->held[0] = f->token;
-        atomic_store(&st->nheld, 1);
+        /* Hand the token to the releaser thread (a 1-deep mailbox). */
+        pthread_mutex_lock(&st->mu);
+        while (st->nheld != 0) pthread_cond_wait(&st->cv, &st->mu);
+        st->held = f->token;
+        st->nheld = 1;
+        pthread_cond_broadcast(&st->cv);
+        pthread_mutex_unlock(&st->mu);
     }
+    atomic_fetch_add(&st->finished, 1);
 }
 
-static atomic_int releaser_stop;
 static void* releaser(void* arg) {
     struct cb_state* st = arg;
-    while (!atomic_load(&releaser_stop)) {
-        if (atomic_load(&st->nheld) == 1) {
-            if (rocev2_server_release(st->srv, st->held[0]) != ROCEV2_OK) atomic_fetch_add(&st->errors, 1);
-            atomic_store(&st->nheld, 0);
-        }
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (st->nheld == 0 && !st->stop) pthread_cond_wait(&st->cv, &st->mu);
+        if (st->nheld == 0) break; /* told to stop, and the mailbox is empty */
+        uint64_t token = st->held;
+        pthread_mutex_unlock(&st->mu);
+        if (rocev2_server_release(st->srv, token) != ROCEV2_OK) atomic_fetch_add(&st->errors, 1);
+        pthread_mutex_lock(&st->mu);
+        st->nheld = 0;
+        pthread_cond_broadcast(&st->cv);
     }
+    pthread_mutex_unlock(&st->mu);
     return NULL;
 }
 
@@ -119,6 +140,8 @@ static void test_callback_mode_with_faults(void) {
     rocev2_server* srv = make_server(&dev, 128);
     static struct cb_state st;
     st.srv = srv;
+    pthread_mutex_init(&st.mu, NULL);
+    pthread_cond_init(&st.cv, NULL);
     CHECK_OK(rocev2_server_register_frame_callback(srv, on_frame, &st));
     rocev2_host_params hp = {.struct_size = sizeof hp};
     CHECK_OK(rocev2_server_get_host_params(srv, &hp));
@@ -141,10 +164,15 @@ static void test_callback_mode_with_faults(void) {
     const int N = 100000;
     pid_t pid = spawn_fpga_sim(&hp, N, 1000, "drop=0.01,dup=0.01,reorder=0.01");
     CHECK(wait_child(pid) == 0);
-    for (int i = 0; i < 10000 && atomic_load(&st.next) < (unsigned long long)N; ++i) usleep(1000);
-    atomic_store(&releaser_stop, 1);
+    /* Every callback returned (bounded, generous: a loaded machine). */
+    for (int i = 0; i < 120000 && atomic_load(&st.finished) < (unsigned long long)N; ++i) usleep(1000);
+    pthread_mutex_lock(&st.mu);
+    st.stop = 1;
+    pthread_cond_broadcast(&st.cv);
+    pthread_mutex_unlock(&st.mu);
     pthread_join(th, NULL);
     CHECK(atomic_load(&st.next) == (unsigned long long)N);
+    CHECK(atomic_load(&st.finished) == (unsigned long long)N);
     CHECK(atomic_load(&st.errors) == 0);
 
     rocev2_stats s = {.struct_size = sizeof s};

@@ -179,6 +179,21 @@ def test_library_env_var_overrides_and_is_never_silently_replaced(tmp_path):
     assert r.stdout.strip() == rocev2.library._name
 
 
+def test_library_env_var_naming_another_library_is_an_import_error_with_the_hint():
+    """Issue 38 finding 9: ROCEV2_LIBRARY naming a library that is not
+    librocev2 (here libz) raised AttributeError ("undefined symbol:
+    rocev2_version"); it is the ImportError with the build hint."""
+    import ctypes.util
+    other = ctypes.util.find_library("z") or ctypes.util.find_library("m")
+    assert other, "a system library to name"
+    r = _run_python("import rocev2; print(rocev2.version())", ROCEV2_LIBRARY=other)
+    assert r.returncode != 0
+    assert "ImportError: cannot load librocev2" in r.stderr, r.stderr
+    assert "AttributeError" not in r.stderr, r.stderr
+    assert f"{other}: loaded, but it is not librocev2" in r.stderr, r.stderr
+    assert "pip install ./python" in r.stderr
+
+
 def test_pure_python_parts_import_without_the_library(tmp_path):
     code = ("import rocev2\n"
             "assert rocev2.Mtu.MTU_4096 == 5 and rocev2.RnrTimer.MS_0_64 == 12\n"
