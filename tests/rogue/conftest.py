@@ -110,9 +110,8 @@ class SoftRoot(pr.Root):
     """A pyrogue Root holding one RoCEv2 Device on the soft backend (one
     address: ROCEV2_SOFT_PORT=0, ROCEV2_SOFT_PEER_PORT=0, gidIndex=0)."""
 
-    def __init__(self, device=None, maxPayload=1024, rxQueueDepth=16, pollEn=False, serverPort=None,
-                 **devargs):
-        super().__init__(name="Root", pollEn=pollEn, serverPort=serverPort)
+    def __init__(self, device=None, maxPayload=1024, rxQueueDepth=16, pollEn=False, **devargs):
+        super().__init__(name="Root", pollEn=pollEn)
         soft_env()
         cls = device or pyrogue.protocols.RoCEv2Server
         self.add(cls(name="RoCEv2", rocev2Cfg=pyrogue.protocols.RoCEv2ServerCfg(

@@ -43,8 +43,8 @@ t_start=$(date +%s)
 # Debian's packages for Debian's python3: numpy's headers and its runtime
 # are then the same numpy (1.24), as rogue's build needs (a pip numpy 2.x
 # beside Debian's 1.x headers is what broke `import rogue` in a venv).
-APT="libboost-python-dev libboost-dev libzmq3-dev libbz2-dev python3-dev python3-numpy python3-zmq
-python3-yaml python3-parse python3-click python3-sqlalchemy python3-serial python3-jsonpickle python3-pytest"
+APT="libboost-python-dev libboost-dev libzmq3-dev libbz2-dev python3-dev python3-numpy python3-pip python3-zmq
+python3-yaml python3-parse python3-click python3-serial python3-jsonpickle python3-pytest"
 missing=()
 for p in $APT; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -56,11 +56,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${inst[@]}" "${missing[@]}" >&2 || { apt-get update -q >&2 && "${inst[@]}" "${missing[@]}" >&2; } \
         || die "apt-get install ${missing[*]} failed"
 fi
-# What Debian does not have for this interpreter, from PyPI (numpy pinned
-# below 2 so that a pip numpy matches the 1.x headers rogue compiled with).
+# What the interpreter lacks (another ROGUE_PYTHON than Debian's), from PyPI:
+# numpy pinned below 2 as Debian's; SQLAlchemy 2 for pyrogue.interfaces
+# (Debian 12 has 1.4; docs/rogue.md installs it too, as written).
 pips=()
-for m in numpy:"numpy<2" zmq:pyzmq yaml:pyyaml parse:parse click:click sqlalchemy:sqlalchemy \
-         serial:pyserial jsonpickle:jsonpickle pytest:pytest; do
+for m in "numpy:numpy<2" "zmq:pyzmq" "yaml:pyyaml" "parse:parse" "click:click" "sqlalchemy; sqlalchemy.Connection:sqlalchemy>=2" \
+         "serial:pyserial" "jsonpickle:jsonpickle" "pytest:pytest"; do
     "$PY" -c "import ${m%%:*}" 2>/dev/null || pips+=("${m#*:}")
 done
 if [ ${#pips[@]} -gt 0 ]; then
