@@ -25,6 +25,11 @@
  *  - logs: librocev2 logs bring-up (device, QP, FPGA GID) once, to rogue's
  *    logger "rocev2.Server"; this file adds only what the library cannot know.
  *  - GIL: construction, completeConnection, stop and retBuffer release it.
+ *  - link health: Server.getStats() in Python (adapter::stats() in C++)
+ *    returns one snapshot of rocev2_stats (every field, listed once in
+ *    ROCEV2_ADAPTER_STATS below), the link state and its end cause, the
+ *    backend and the latency percentiles in microseconds; rocev2_pyrogue.py
+ *    shows them as a pyrogue Device.
  *
  * The header's ibverbs members are unused: `qp_` carries the adapter state
  * (librocev2 handle and the token of each loaned slot); the rest stay NULL.
@@ -36,6 +41,7 @@
 #include <rocev2.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -79,9 +85,41 @@ struct State {
 // declare it themselves (README.md); Python gets Server.getUdpPort().
 uint16_t udpPort(const rpr::Server& server);
 
+// One snapshot of the library's counters (one rocev2_server_get_stats call)
+// into `out`, with the end cause and the backend ("soft" or "verbs") when
+// asked for; false when the server is gone. Python: Server.getStats().
+bool stats(const rpr::Server& server, rocev2_stats* out, std::string* endCause, std::string* backend);
+
+// Every rocev2_stats field Server.getStats() returns, by name: a field the
+// library adds is one X(name) line here (and one row in rocev2_pyrogue.py
+// for a pyrogue variable). The latency fields are returned in microseconds
+// too (ROCEV2_ADAPTER_LATENCY).
+#define ROCEV2_ADAPTER_STATS(X)                                                                         \
+    X(frames) X(bytes) X(releases) X(reposts) X(repost_batches) X(parks) X(completion_errors)            \
+    X(flush_errors) X(bad_length) X(unexpected_opcode) X(invalid_releases) X(callback_panics)            \
+    X(packets_rx) X(packets_tx) X(acks_tx) X(rnr_naks_tx) X(seq_naks_tx) X(invalid_naks_tx)              \
+    X(duplicates) X(out_of_sequence) X(foreign_packets) X(malformed) X(icrc_errors) X(icrc_unchecked)    \
+    X(loans_outstanding) X(icrc_checked) X(payload_direct) X(payload_copied) X(socket_drops)             \
+    X(link_state) X(us_since_last_packet) X(us_since_last_frame) X(stale_packets) X(peer_restarts)       \
+    X(naps) X(lost_frames_estimate) X(stale_peers) X(peer_stale) X(peer_watched)                         \
+    X(ack_turnaround_count) X(ack_turnaround_p50_ns) X(ack_turnaround_p99_ns) X(ack_turnaround_p999_ns) \
+    X(ack_turnaround_max_ns) X(delivery_count) X(delivery_p50_ns) X(delivery_p99_ns)                    \
+    X(delivery_p999_ns) X(delivery_max_ns)
+#define ROCEV2_ADAPTER_LATENCY(X)                                                                       \
+    X(ack_turnaround_p50) X(ack_turnaround_p99) X(ack_turnaround_p999) X(ack_turnaround_max)             \
+    X(delivery_p50) X(delivery_p99) X(delivery_p999) X(delivery_max)
+
 namespace {
+// What the free functions above need of a live Server (its private members
+// are out of their reach): registered by the constructor, erased by the
+// destructor before the library handle is destroyed.
+struct Info {
+    uint16_t port       = 0;
+    rocev2_server* srv  = nullptr;
+    const char* backend = "";
+};
 std::mutex portsMx;
-std::unordered_map<const rpr::Server*, uint16_t> ports;
+std::unordered_map<const rpr::Server*, Info> ports;
 // True on the receive thread while the frame callback runs.
 thread_local bool inFrameCallback = false;
 }  // namespace
@@ -89,7 +127,24 @@ thread_local bool inFrameCallback = false;
 uint16_t udpPort(const rpr::Server& server) {
     std::lock_guard<std::mutex> g(portsMx);
     auto it = ports.find(&server);
-    return it == ports.end() ? 0 : it->second;
+    return it == ports.end() ? 0 : it->second.port;
+}
+
+bool stats(const rpr::Server& server, rocev2_stats* out, std::string* endCause, std::string* backend) {
+    std::lock_guard<std::mutex> g(portsMx);  // the server is not destroyed meanwhile
+    auto it = ports.find(&server);
+    if (it == ports.end() || out == nullptr) return false;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    if (rocev2_server_get_stats(it->second.srv, out) != ROCEV2_OK) return false;
+    if (endCause) {
+        std::string cause(rocev2_server_end_cause(it->second.srv, nullptr, 0) + 1, '\0');
+        size_t n = rocev2_server_end_cause(it->second.srv, &cause[0], cause.size());
+        cause.resize(n < cause.size() ? n : cause.size() - 1);
+        *endCause = cause;
+    }
+    if (backend) *backend = it->second.backend;
+    return true;
 }
 }  // namespace adapter
 }  // namespace rocev2
@@ -147,6 +202,18 @@ rpr::Server::Server(const std::string& deviceName,
     // rogue reports the MR rkey (and its tests expect a non-zero one); the QP
     // still grants no remote access, so no peer can write into the slab.
     cfg.mr_remote_write = 1;
+    // ROCEV2_MEASURE_LATENCY=1: the ACK turnaround and delivery latency
+    // percentiles in getStats() (soft backend; verbs refuses it).
+    if (const char* m = std::getenv("ROCEV2_MEASURE_LATENCY")) {
+        const std::string v(m);
+        if (v == "1")
+            cfg.measure_latency = 1;
+        else if (v != "0" && !v.empty())
+            throw(rogue::GeneralError::create("rocev2::Server::Server",
+                                              "ROCEV2_MEASURE_LATENCY='%s' is not 0 or 1: set 1 to measure "
+                                              "the ACK turnaround and delivery latency (soft backend), 0 not to",
+                                              m));
+    }
     auto st = std::make_unique<adapter::State>();
     if (rocev2_server_create(reinterpret_cast<rocev2_device*>(ctx_), &cfg, &st->srv) != ROCEV2_OK)
         fail("rocev2::Server::Server");
@@ -240,7 +307,10 @@ rpr::Server::Server(const std::string& deviceName,
     memcpy(hostGid_, hp.gid, 16);
     {
         std::lock_guard<std::mutex> g(adapter::portsMx);
-        adapter::ports[this] = hp.udp_port;
+        adapter::Info& info = adapter::ports[this];
+        info.port           = hp.udp_port;
+        info.srv            = st->srv;
+        info.backend        = deviceName_ == "soft" ? "soft" : "verbs";
     }
     qp_ = reinterpret_cast<struct ibv_qp*>(st.release());
 }
@@ -351,6 +421,35 @@ rpr::Server::~Server() {
     }
 }
 
+#ifndef NO_PYTHON
+namespace {
+bp::dict pyStats(const rpr::Server& server) {
+    rocev2_stats s;
+    std::string cause, backend;
+    bool ok;
+    {
+        rogue::GilRelease noGil;
+        ok = rpr::adapter::stats(server, &s, &cause, &backend);
+    }
+    if (!ok)
+        throw(rogue::GeneralError::create("rocev2::Server::getStats", "the server's statistics cannot be read: %s",
+                                          rpr::adapter::lastError().c_str()));
+    static const char* const states[] = {"created", "connected", "error", "stopped"};
+    bp::dict d;
+#define ROCEV2_ADAPTER_PUT(f) d[#f] = s.f;
+    ROCEV2_ADAPTER_STATS(ROCEV2_ADAPTER_PUT)
+#undef ROCEV2_ADAPTER_PUT
+#define ROCEV2_ADAPTER_PUT_US(f) d[#f "_us"] = static_cast<double>(s.f##_ns) / 1000.0;
+    ROCEV2_ADAPTER_LATENCY(ROCEV2_ADAPTER_PUT_US)
+#undef ROCEV2_ADAPTER_PUT_US
+    d["link_state_name"] = s.link_state < 4 ? states[s.link_state] : "unknown";
+    d["end_cause"]       = cause;
+    d["backend"]         = backend;
+    return d;
+}
+}  // namespace
+#endif
+
 void rpr::Server::setup_python() {
 #ifndef NO_PYTHON
     bp::class_<rpr::Server, rpr::ServerPtr, bp::bases<rpr::Core, ris::Master, ris::Slave>, boost::noncopyable>(
@@ -374,6 +473,10 @@ void rpr::Server::setup_python() {
         // Not in rogue's header: the UDP port the server receives on (the
         // bound one for ROCEV2_SOFT_PORT=0 on the soft backend; 4791 on verbs).
         .def("getUdpPort", &rpr::adapter::udpPort)
+        // Not in rogue's header: one snapshot of the link's health as a dict
+        // (every rocev2_stats field by name, link_state_name, end_cause,
+        // backend, the latency percentiles in us as <name>_us).
+        .def("getStats", &pyStats)
         .def("stop", &rpr::Server::stop);
     bp::implicitly_convertible<rpr::ServerPtr, rpr::CorePtr>();
     bp::implicitly_convertible<rpr::ServerPtr, ris::MasterPtr>();
