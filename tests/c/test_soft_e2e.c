@@ -27,6 +27,11 @@ extern char** environ;
 static const char* cli;
 static const uint32_t FPGA_QPN = 0x4242;
 
+/* The emulator gives up after 8 ACK timeouts in a row without progress
+ * (--retry-cnt 7, its most). At code 15 (134 ms) that is 1.07 s: more than
+ * the longest a loaded 2-CPU machine kept a thread off the CPU when it was
+ * measured (600 ms at load ~19); code 12 (134 ms in all) made a run under
+ * two busy loops fail (issue 38 finding 10's cause). */
 static pid_t spawn_fpga_sim(const rocev2_host_params* hp, int frames, int size, const char* faults) {
     char host[64], qpn[32], psn[32], fr[32], sz[32];
     snprintf(host, sizeof host, "127.0.0.1:%u", hp->udp_port);
@@ -38,7 +43,7 @@ static pid_t spawn_fpga_sim(const rocev2_host_params* hp, int frames, int size, 
     snprintf(fq, sizeof fq, "%u", FPGA_QPN);
     char* argv[] = {(char*)cli, "fpga-sim", "--host", host, "--host-qpn", qpn, "--psn", psn,
                     "--qpn", fq, "--frames", fr, "--size", sz, "--channels", "0,1,2",
-                    "--timeout-code", "12", "--faults", (char*)faults, "--seed", "7", NULL};
+                    "--timeout-code", "15", "--faults", (char*)faults, "--seed", "7", NULL};
     pid_t pid;
     if (posix_spawn(&pid, cli, NULL, NULL, argv, environ) != 0) {
         perror("posix_spawn");
