@@ -78,6 +78,7 @@ if [ ! -f "$R/src/.copied-from" ] || [ "$(cat "$R/src/.copied-from")" != "$SRC" 
     log "copying $SRC to $R/src (rogue's tree stays as it is)"
     rm -rf "$R/src" "$R/build" "$R/install"
     cp -a "$SRC" "$R/src" || die "cannot copy $SRC"
+    chmod -R u+w "$R/src"  # a read-only ROGUE_DIR (CI's shared/) gives a read-only copy
     echo "$SRC" > "$R/src/.copied-from"
 fi
 # --------------------------------------------- docs/rogue.md, as written --
