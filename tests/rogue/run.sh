@@ -43,7 +43,7 @@ t_start=$(date +%s)
 # Debian's packages for Debian's python3: numpy's headers and its runtime
 # are then the same numpy (1.24), as rogue's build needs (a pip numpy 2.x
 # beside Debian's 1.x headers is what broke `import rogue` in a venv).
-APT="libboost-python-dev libboost-dev libzmq3-dev libbz2-dev python3-dev python3-numpy python3-pip python3-zmq
+APT="git cmake g++ make libboost-python-dev libboost-dev libzmq3-dev libbz2-dev python3-dev python3-numpy python3-pip python3-zmq
 python3-yaml python3-parse python3-click python3-serial python3-jsonpickle python3-pytest"
 missing=()
 for p in $APT; do
@@ -78,6 +78,7 @@ if [ ! -f "$R/src/.copied-from" ] || [ "$(cat "$R/src/.copied-from")" != "$SRC" 
     log "copying $SRC to $R/src (rogue's tree stays as it is)"
     rm -rf "$R/src" "$R/build" "$R/install"
     cp -a "$SRC" "$R/src" || die "cannot copy $SRC"
+    chmod -R u+w "$R/src"  # a read-only ROGUE_DIR (CI's shared/) gives a read-only copy
     echo "$SRC" > "$R/src/.copied-from"
 fi
 # --------------------------------------------- docs/rogue.md, as written --
