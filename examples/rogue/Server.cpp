@@ -104,7 +104,8 @@ bool stats(const rpr::Server& server, rocev2_stats* out, std::string* endCause, 
     X(naps) X(lost_frames_estimate) X(stale_peers) X(peer_stale) X(peer_watched)                         \
     X(ack_turnaround_count) X(ack_turnaround_p50_ns) X(ack_turnaround_p99_ns) X(ack_turnaround_p999_ns) \
     X(ack_turnaround_max_ns) X(delivery_count) X(delivery_p50_ns) X(delivery_p99_ns)                    \
-    X(delivery_p999_ns) X(delivery_max_ns)
+    X(delivery_p999_ns) X(delivery_max_ns) X(counter_gaps) X(counter_gap_frames) X(counter_resets)        \
+    X(duplicating_peers) X(duplicating_peer) X(rnr_storms) X(rnr_storm)
 #define ROCEV2_ADAPTER_LATENCY(X)                                                                       \
     X(ack_turnaround_p50) X(ack_turnaround_p99) X(ack_turnaround_p999) X(ack_turnaround_max)             \
     X(delivery_p50) X(delivery_p99) X(delivery_p999) X(delivery_max)
@@ -213,6 +214,20 @@ rpr::Server::Server(const std::string& deviceName,
                                               "ROCEV2_MEASURE_LATENCY='%s' is not 0 or 1: set 1 to measure "
                                               "the ACK turnaround and delivery latency (soft backend), 0 not to",
                                               m));
+    }
+    // ROCEV2_COUNTER_WRAP=N: check the FPGA's frame counter (immediate bits
+    // [31:8], +1 per frame, wrapping at N: surf's AddrWrapCount); gaps and
+    // resets are counted in getStats() (counter_gaps, counter_resets). Unset
+    // or 0: not checked.
+    if (const char* m = std::getenv("ROCEV2_COUNTER_WRAP")) {
+        char* end            = nullptr;
+        const unsigned long n = std::strtoul(m, &end, 0);
+        if (*m == '\0' || *end != '\0' || n > (1ul << 24))
+            throw(rogue::GeneralError::create("rocev2::Server::Server",
+                                              "ROCEV2_COUNTER_WRAP='%s' is not a number from 0 to 16777216: "
+                                              "set the FPGA's AddrWrapCount, or 0 not to check its frame counter",
+                                              m));
+        cfg.counter_wrap = static_cast<uint32_t>(n);
     }
     auto st = std::make_unique<adapter::State>();
     if (rocev2_server_create(reinterpret_cast<rocev2_device*>(ctx_), &cfg, &st->srv) != ROCEV2_OK)

@@ -60,6 +60,25 @@ HEALTH_VARIABLES = [
     ("FramesDelivered", "frames", "frames", "Frames the library delivered to the adapter (all channels)", {}),
     ("UsSinceLastPacket", "us_since_last_packet", "us",
      "Microseconds since the last packet from the FPGA (2^64-1 before the first)", {}),
+    ("CounterGaps", "counter_gaps", "gaps",
+     "With counterWrap: gaps in the FPGA's frame counter (immediate bits [31:8]): frames the FPGA "
+     "numbered and never sent (dropped before its RoCEv2 engine); every frame the host ACKed was "
+     "delivered. Look at the firmware's drop counters", {"highWarning": 0}),
+    ("CounterGapFrames", "counter_gap_frames", "frames",
+     "With counterWrap: the frame numbers the gaps skipped, in all", {}),
+    ("CounterResets", "counter_resets", "resets",
+     "With counterWrap: the FPGA's frame counter back at 0 before its wrap (a re-armed or reloaded "
+     "FPGA)", {}),
+    ("DuplicatingPeer", "duplicating_peer", "",
+     "1 while the FPGA sends every message twice (surf's sticky half-bandwidth latch: duplicates as many "
+     "as frames over 500 ms): the link runs at half rate. Toggle the FPGA's TxEn or soft-reset its "
+     "RoCEv2 engine", {"highAlarm": 0}),
+    ("DuplicatingPeers", "duplicating_peers", "verdicts",
+     "Duplicating-peer verdicts drawn (see DuplicatingPeer)", {}),
+    ("RnrStorm", "rnr_storm", "",
+     "1 while RNR NAKs go out at 100/s or more (every slot on loan): check LoansOutstanding, a slow "
+     "Slave, minRnrTimer (12 = 0.64 ms) and RxQueueDepth", {"highWarning": 0}),
+    ("RnrStorms", "rnr_storms", "verdicts", "RNR-storm verdicts drawn (see RnrStorm)", {}),
 ]
 
 # The drop causes beside Drops (their sum): packets or completions the
@@ -82,21 +101,28 @@ LINK_STATES = {0: "Created", 1: "Connected", 2: "Error", 3: "Stopped"}
 class RoCEv2HealthServer(pyrogue.protocols.RoCEv2Server):
     """pyrogue's ``RoCEv2Server`` with the library's link health as read-only
     polled variables (see the module's doc). Extra arguments: ``pollInterval``
-    (seconds between snapshots, default 1) and ``measureLatency`` (soft
-    backend: measure the ACK turnaround and the delivery latency)."""
+    (seconds between snapshots, default 1), ``measureLatency`` (soft
+    backend: measure the ACK turnaround and the delivery latency) and
+    ``counterWrap`` (the FPGA's AddrWrapCount: check its frame counter,
+    immediate bits [31:8], on every frame; 0, the default: not checked)."""
 
-    def __init__(self, *, rocev2Cfg, pollInterval=1, measureLatency=False, **kwargs):
+    def __init__(self, *, rocev2Cfg, pollInterval=1, measureLatency=False, counterWrap=0, **kwargs):
         self._stats = {}
         self._statsLock = threading.Lock()
-        old = os.environ.get("ROCEV2_MEASURE_LATENCY")
-        os.environ["ROCEV2_MEASURE_LATENCY"] = "1" if measureLatency else "0"
+        # The adapter reads both when the server is created (rogue's
+        # constructor has no place for them).
+        env = {"ROCEV2_MEASURE_LATENCY": "1" if measureLatency else "0",
+               "ROCEV2_COUNTER_WRAP": str(int(counterWrap))}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             super().__init__(rocev2Cfg=rocev2Cfg, **kwargs)
         finally:
-            if old is None:
-                del os.environ["ROCEV2_MEASURE_LATENCY"]
-            else:
-                os.environ["ROCEV2_MEASURE_LATENCY"] = old
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
         self._stats = dict(self._server.getStats())
 
         self.add(pr.LocalVariable(
@@ -125,7 +151,7 @@ class RoCEv2HealthServer(pyrogue.protocols.RoCEv2Server):
                         "(rocev2's userspace responder on UDP 4791, device name 'soft')"))
         for name, key, units, desc, extra in HEALTH_VARIABLES:
             self.add(pr.LinkVariable(name=name, mode="RO", dependencies=snap, typeStr="UInt64",
-                                     units=units, linkedGet=field(key), description=desc, **extra))
+                                     units=units or None, linkedGet=field(key), description=desc, **extra))
         self.add(pr.LinkVariable(
             name="LoansOutstanding", mode="RO", dependencies=snap, typeStr="UInt64", units="slots",
             linkedGet=field("loans_outstanding"),
