@@ -20,7 +20,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::wire::icrc::IcrcCache;
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
@@ -230,15 +230,19 @@ impl UdpIo {
     /// Binds `addr` (port 0 picks a free port), with room for `batch` datagrams.
     pub fn bind(addr: SocketAddrV4, batch: usize) -> Result<UdpIo> {
         let sock = UdpSocket::bind(addr).map_err(|e| {
+            // What failed, why, then what to do (in that order: issue 38).
             let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-                " — another process (a rocev2 server, rdma_rxe) holds it: pick another udp_port \
+                "; another process (a rocev2 server, rdma_rxe) holds it: pick another udp_port \
                  (0 = any free port) or bind another address"
             } else if e.kind() == std::io::ErrorKind::AddrNotAvailable {
-                " — the address is not configured on this host"
+                "; the address is not configured on this host"
             } else {
                 ""
             };
-            Error::io(&format!("binding UDP {addr}{hint}"), e)
+            Error::new(
+                ErrorKind::Io,
+                format!("binding UDP {addr} failed: {e}{hint}"),
+            )
         })?;
         sock.set_nonblocking(true)
             .map_err(|e| Error::io("setting the socket non-blocking", e))?;
