@@ -1016,17 +1016,64 @@ fn demo_stops_cleanly_on_sigint_with_exit_130() {
     );
 }
 
+/// A line with every number (decimal, 0x hex, with a fraction) as `N`: what
+/// stays the same from run to run.
+fn shape(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_hexdigit() || *d == '.' || *d == 'x')
+            {
+                chars.next();
+            }
+            out.push('N');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The text of `page` from `start` to the end of its fenced block.
+fn doc_text_from(page: &str, start: &str) -> String {
+    let doc = std::fs::read_to_string(format!("{}/{page}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let at = doc
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} not in {page}"));
+    let rest = &doc[at..];
+    let end = rest[start.len()..]
+        .find("```")
+        .unwrap_or_else(|| panic!("{page}: no closing fence after {start:?}"));
+    rest[..start.len() + end].to_string()
+}
+
+/// Issue 38 (12): docs/install.md's sample demo output lacked the naps
+/// count and the latency line, though it says the lines do not change. The
+/// sample's lines are the demo's, numbers aside.
+#[test]
+fn the_install_docs_sample_demo_output_is_what_demo_prints() {
+    let sample = doc_text_from("docs/install.md", "\n```\nrocev2 demo: ");
+    let sample = &sample[5..];
+    let o = run(&["demo", "--frames", "2000", "--size", "256"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let printed = text(&o.stdout);
+    let want: Vec<String> = sample.lines().map(shape).collect();
+    let got: Vec<String> = printed.lines().map(shape).collect();
+    assert_eq!(
+        got, want,
+        "demo printed:\n{printed}\ndocs/install.md:\n{sample}"
+    );
+}
+
 /// The exit-code table in the user guide's CLI page (docs/cli.md) is the
 /// one `--help` shows (clap's wrapping aside).
 #[test]
 fn the_documented_exit_codes_are_the_help_exit_codes() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
-    let at = readme
-        .find("\nExit codes:\n")
-        .expect("an exit-code table in docs/cli.md");
-    let table = &readme[at..];
-    let table = &table[..table.find("```").expect("the table's closing fence")];
+    let table = doc_text_from("docs/cli.md", "\nExit codes:\n");
+    let table = table.as_str();
     for args in [&["--help"][..], &["recv", "--help"], &["demo", "--help"]] {
         let help = text(&run(args).stdout);
         assert!(
