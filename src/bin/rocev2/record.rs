@@ -83,14 +83,14 @@ impl RogueWriter {
     fn err(&self, e: std::io::Error) -> String {
         let why = match e.kind() {
             std::io::ErrorKind::BrokenPipe => {
-                " (the pipe's or FIFO's reader exited; the recording ends there)"
+                " (the pipe's or FIFO's reader exited; what it had not read is lost)"
             }
             _ => "",
         };
         format!(
-            "--out {}: writing the recording failed after {} records: {e}{why}",
+            "--out {}: writing the recording failed at record {}: {e}{why}",
             self.path.display(),
-            self.records
+            self.records + 1
         )
     }
 }
