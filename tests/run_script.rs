@@ -86,7 +86,14 @@ fn run_test_goes_on_past_a_failed_stage_and_names_the_failed_ones() {
     assert!(err.contains("stage soak FAILED"), "{err}");
     assert!(err.contains("stage examples FAILED"), "{err}");
     assert!(
-        err.contains("./run test: 0 stages passed, 2 failed: soak examples"),
+        err.contains(
+            "./run test: failed stages: soak examples (re-run them: ./run test soak examples)"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().last(),
+        Some("stages: 0 passed, 2 failed"),
         "{err}"
     );
 }
