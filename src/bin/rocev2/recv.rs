@@ -408,27 +408,33 @@ fn receive(server: &Server, a: &RecvArgs, rec: &mut Option<RogueWriter>) -> Resu
     let bar = out::progress(a.frames, "frames");
     let mut ticker = a.stats_interval.map(Ticker::new);
     let mut t = Tally::default();
-    // Counts and records a frame. Once --out has failed the loop stops
-    // (what follows could not be recorded); run() says why after the summary.
+    // Counts and records a frame. Once --out has failed, frames are counted
+    // only, and the loop stops; run() says why after the summary.
     let mut take = |t: &mut Tally, f: Frame| {
         t.add(&f, a.verify);
         bar.inc(1);
-        if let Some(Err(e)) = rec.as_mut().map(|w| w.write(f.channel(), f.data())) {
-            t.out_error = Some(e);
+        if t.out_error.is_none() {
+            if let Some(Err(e)) = rec.as_mut().map(|w| w.write(f.channel(), f.data())) {
+                t.out_error = Some(e);
+            }
         }
     };
     let mut active = Instant::now();
-    while t.frames < want && t.out_error.is_none() {
-        if let Some(stop) = signals::caught() {
+    while t.frames < want {
+        let stop = signals::caught();
+        if stop.is_some() || t.out_error.is_some() {
             // The frames the server holds were ACKed to the FPGA: they go
-            // into the tally and the recording too (a queue's worth at most).
+            // into the tally (and the recording, if it still takes them): a
+            // queue's worth at most.
             for _ in t.frames..want.min(t.frames + u64::from(a.depth)) {
                 match server.poll_frame(Some(Duration::ZERO)) {
-                    Ok(Some(f)) if t.out_error.is_none() => take(&mut t, f),
+                    Ok(Some(f)) => take(&mut t, f),
                     _ => break,
                 }
             }
-            bar.suspend(|| errln!("rocev2 recv: {stop}; stopping"));
+            if let Some(stop) = stop {
+                bar.suspend(|| errln!("rocev2 recv: {stop}; stopping"));
+            }
             break;
         }
         let now = Instant::now();
