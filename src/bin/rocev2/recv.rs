@@ -29,9 +29,15 @@ use crate::{Exit, Fail, Outcome};
 /// receives frames until --frames or --idle-timeout: counts them, checks the
 /// emulator's pattern (--verify), records them (--out) and prints one JSON
 /// summary line (frames, bytes, verify_errors, seconds, gbit_per_s,
-/// frames_per_s, rnr_naks, seq_naks, counter_gaps, ...). The rate is measured from the
-/// first to the last frame. SIGINT or SIGTERM stops it cleanly: the frames
-/// taken so far recorded whole, the summary printed, exit 130 or 143.
+/// frames_per_s, rnr_naks, seq_naks, invalid_naks, counter_gaps,
+/// ...). The rate is
+/// measured from the first to the last frame. SIGINT, SIGTERM or SIGHUP
+/// stops it cleanly: the frames taken so far recorded whole, the summary
+/// printed, exit 130, 143 or 129. A frame larger than --max-payload is
+/// refused (an invalid-request NAK, fatal to the FPGA's QP): a warning
+/// names both sizes, the summary counts it (invalid_naks), exit 6. An --out
+/// that fails mid-run (a full disk, a FIFO whose reader exited) stops it:
+/// a message, the summary (out_error), exit 1.
 #[derive(Args, Debug)]
 #[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct RecvArgs {
@@ -109,7 +115,7 @@ pub struct RecvArgs {
     /// Measure the ACK turnaround and the frame delivery latency (soft; kernel receive stamps): p50/p99/p99.9 in the --stats-interval lines and the final JSON
     #[arg(long)]
     measure_latency: bool,
-    /// soft: busy-poll the NIC's receive queue up to US microseconds on an empty socket (SO_BUSY_POLL; does nothing on loopback; README "Tuning a NIC for the soft backend") [default: 0, off]
+    /// soft: busy-poll the NIC's receive queue up to US microseconds on an empty socket (SO_BUSY_POLL; 0 = off; does nothing on loopback; docs/tuning.md, "What to tune")
     #[arg(long, value_name = "US", default_value = "0", value_parser = num::<u32>(0, 1_000_000))]
     busy_poll_us: u32,
     /// Check the FPGA's frame counter (immediate bits [31:8], +1 per frame, wrapping to 0 at N: its AddrWrapCount) on every frame: gaps (frames it numbered that never arrived) and resets (back to 0) are logged and counted in the summary (counter_gaps, counter_gap_frames, counter_resets). 0: not checked, for FPGAs that put other things there
@@ -159,6 +165,11 @@ pub fn run(a: RecvArgs) -> Outcome {
         })?),
         None => None,
     };
+    if rec.as_ref().is_some_and(|w| !w.is_regular_file()) {
+        // A pipe or FIFO: its reader may exit before the stream ends; then
+        // the write fails (EPIPE) and recv stops cleanly, not by SIGPIPE.
+        signals::ignore_sigpipe();
+    }
     let e = lib_err(SERVER_FLAGS);
     let (_dev, server) = open_server(&a)?;
     // Before the params go out: the FPGA programmed with them may send at
@@ -196,10 +207,22 @@ pub fn run(a: RecvArgs) -> Outcome {
     let cause = server.end_cause();
     server.stop();
     summary(&t, &s, cause, rec, None)?;
+    if let Some(e) = t.out_error {
+        return Err(Fail::runtime(e));
+    }
     if let Some(stop) = signals::caught() {
         return Ok(stop.exit());
     }
-    Ok(exit_code(&t, a.frames))
+    let refused = s.soft().invalid_naks_tx;
+    if refused > 0 {
+        errln!(
+            "rocev2 recv: {refused} request(s) of the FPGA refused with an invalid-request NAK \
+             (invalid_naks; fatal to its QP): a frame larger than --max-payload {} (the warning \
+             above gives its size), or a bad opcode or length",
+            a.max_payload
+        );
+    }
+    Ok(exit_code(&t, refused, a.frames))
 }
 
 /// `--fpga IP:QPN` repeated: a server per FPGA on --bind/--port, each
@@ -252,7 +275,7 @@ fn run_links(a: &RecvArgs) -> Outcome {
         let cause = server.end_cause();
         server.stop();
         summary(&t, &s, cause, None, Some(json!({"link": i, "fpga": ip})))?;
-        let c = exit_code(&t, a.frames);
+        let c = exit_code(&t, s.soft().invalid_naks_tx, a.frames);
         if matches!(code, Exit::Ok) {
             code = c;
         }
@@ -283,7 +306,9 @@ fn open_server(a: &RecvArgs) -> Result<(Device, Server), Fail> {
         }
         .into(),
     };
-    let dev = Device::open(&dc).map_err(&e)?;
+    let dev = Device::open(&dc)
+        .map_err(&e)
+        .map_err(out::device_hint(&a.device))?;
     let cfg = ServerConfig {
         max_payload: a.max_payload,
         rx_queue_depth: a.depth,
@@ -297,11 +322,14 @@ fn open_server(a: &RecvArgs) -> Result<(Device, Server), Fail> {
     Ok((dev, server))
 }
 
-/// How a finished recv exits: a bad frame, no frame, fewer than `--frames`
-/// (`want`), or all well.
-fn exit_code(t: &Tally, want: Option<u64>) -> Exit {
+/// How a finished recv exits: a bad frame, requests refused (`refused`
+/// invalid-request NAKs: the FPGA's QP is dead), no frame, fewer than
+/// `--frames` (`want`), or all well.
+fn exit_code(t: &Tally, refused: u64, want: Option<u64>) -> Exit {
     if t.bad > 0 {
         Exit::Verify
+    } else if refused > 0 {
+        Exit::Refused
     } else if t.frames == 0 {
         Exit::NoFrames
     } else if want.is_some_and(|n| t.frames < n) {
@@ -353,6 +381,8 @@ struct Tally {
     /// Frames that failed --verify.
     bad: u64,
     first_error: Option<String>,
+    /// Why --out failed, if it did (receiving stopped there).
+    out_error: Option<String>,
     /// Arrival of the first and the last frame, and the first frame's size
     /// (the rate covers the frames after the first, over that span).
     first: Option<Instant>,
@@ -491,31 +521,38 @@ fn receive(
     let who = link.map_or(String::new(), |i| format!(" link {i}"));
     let mut ticker = a.stats_interval.map(Ticker::new);
     let mut t = Tally::default();
-    let mut take = |t: &mut Tally, f: Frame| -> Result<(), Fail> {
+    // Counts and records a frame. Once --out has failed, frames are counted
+    // only, and the loop stops; run() says why after the summary.
+    let mut take = |t: &mut Tally, f: Frame| {
         t.add(&f, a.verify);
-        if let Some(w) = rec.as_mut() {
-            w.write(f.channel(), f.data()).map_err(Fail::runtime)?;
-        }
         bar.inc(1);
+        if t.out_error.is_none() {
+            if let Some(Err(e)) = rec.as_mut().map(|w| w.write(f.channel(), f.data())) {
+                t.out_error = Some(e);
+            }
+        }
         drop(f);
         if let Some((n, ms)) = a.pause_once.filter(|(n, _)| t.frames == *n) {
             bar.suspend(|| errln!("rocev2 recv: --pause-once: pausing {ms} ms after frame {n}"));
             std::thread::sleep(Duration::from_millis(ms));
         }
-        Ok(())
     };
     let mut active = Instant::now();
     while t.frames < want {
-        if let Some(stop) = signals::caught() {
+        let stop = signals::caught();
+        if stop.is_some() || t.out_error.is_some() {
             // The frames the server holds were ACKed to the FPGA: they go
-            // into the tally and the recording too (a queue's worth at most).
+            // into the tally (and the recording, if it still takes them): a
+            // queue's worth at most.
             for _ in t.frames..want.min(t.frames + u64::from(a.depth)) {
                 match server.poll_frame(Some(Duration::ZERO)) {
-                    Ok(Some(f)) => take(&mut t, f)?,
+                    Ok(Some(f)) => take(&mut t, f),
                     _ => break,
                 }
             }
-            bar.suspend(|| errln!("rocev2 recv{who}: {stop}; stopping"));
+            if let Some(stop) = stop {
+                bar.suspend(|| errln!("rocev2 recv{who}: {stop}; stopping"));
+            }
             break;
         }
         let now = Instant::now();
@@ -532,7 +569,7 @@ fn receive(
             .poll_frame(Some(wait.min(signals::CHECK_EVERY)))
             .map_err(lib_err(SERVER_FLAGS))?
         {
-            take(&mut t, f)?;
+            take(&mut t, f);
             active = Instant::now();
         }
         if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
@@ -599,7 +636,7 @@ fn summary(
     let mut v = json!({
         "frames": t.frames, "bytes": t.bytes, "verify_errors": t.bad, "seconds": round3(t.span()),
         "gbit_per_s": round3(gbit), "frames_per_s": fps.round(), "rnr_naks": s.soft().rnr_naks_tx,
-        "seq_naks": s.soft().seq_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
+        "seq_naks": s.soft().seq_naks_tx, "invalid_naks": s.soft().invalid_naks_tx, "duplicates": s.soft().duplicates, "socket_drops": s.soft().socket_drops,
         "icrc_checked": s.soft().icrc_checked, "icrc_errors": s.soft().icrc_errors,
         "icrc_unchecked": s.soft().icrc_unchecked, "peer_restarts": s.peer_restarts(),
         "stale_packets": s.soft().stale_packets, "link_state": s.link.as_str(), "end_cause": end_cause,
@@ -630,7 +667,11 @@ fn summary(
     if let Some(w) = rec {
         v["recorded"] = json!(w.records);
         v["recorded_skipped_empty"] = json!(w.skipped_empty);
-        w.finish().map_err(Fail::runtime)?;
+        match &t.out_error {
+            // The recording ends where the write failed: nothing to flush.
+            Some(e) => v["out_error"] = json!(e),
+            None => w.finish().map_err(Fail::runtime)?,
+        }
     }
     if let Some(mut l) = link {
         l.as_object_mut()

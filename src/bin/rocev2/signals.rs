@@ -1,7 +1,8 @@
 //! Signals, the CLI's one module that talks to the kernel: SIGPIPE back to
-//! its default, and SIGINT / SIGTERM as a request to stop that `recv` and
-//! `demo` check in their receive and wait loops, so they finish cleanly (a
-//! whole recording, the summary) and exit 130 or 143.
+//! its default (or ignored, for `recv --out` to a pipe or FIFO), and SIGINT /
+//! SIGTERM / SIGHUP as a request to stop that `recv` and `demo` check in
+//! their receive and wait loops, so they finish cleanly (a whole recording,
+//! the summary) and exit 130, 143 or 129.
 
 use std::fmt;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -21,6 +22,8 @@ static CAUGHT: AtomicI32 = AtomicI32::new(0);
 pub enum Stop {
     Int,
     Term,
+    /// The terminal closed (a dropped ssh session, a closed window).
+    Hup,
 }
 
 impl Stop {
@@ -29,6 +32,7 @@ impl Stop {
         match self {
             Stop::Int => Exit::Interrupted,
             Stop::Term => Exit::Terminated,
+            Stop::Hup => Exit::HungUp,
         }
     }
 }
@@ -38,6 +42,7 @@ impl fmt::Display for Stop {
         f.write_str(match self {
             Stop::Int => "SIGINT",
             Stop::Term => "SIGTERM",
+            Stop::Hup => "SIGHUP",
         })
     }
 }
@@ -48,13 +53,13 @@ extern "C" fn on_stop_signal(sig: libc::c_int) {
     let _ = CAUGHT.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
 }
 
-/// Catches SIGINT and SIGTERM from now on: [`caught`] tells the loops. The
+/// Catches SIGINT, SIGTERM and SIGHUP from now on: [`caught`] tells the loops. The
 /// handler is reset once it ran (SA_RESETHAND), so a second one ends the
 /// process at once, should the clean stop hang; system calls the signal
 /// interrupts are restarted (SA_RESTART).
 pub fn catch_stop_signals() -> Result<(), Fail> {
     let handler: extern "C" fn(libc::c_int) = on_stop_signal;
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction is a valid value (no flags, an empty
         // mask, which sigemptyset sets again); the handler it installs only
         // touches an atomic (see on_stop_signal), and sigaction reads `act`
@@ -68,7 +73,7 @@ pub fn catch_stop_signals() -> Result<(), Fail> {
         };
         if rc != 0 {
             return Err(Fail::runtime(format!(
-                "installing the SIGINT/SIGTERM handler failed: {}",
+                "installing the SIGINT/SIGTERM/SIGHUP handler failed: {}",
                 std::io::Error::last_os_error()
             )));
         }
@@ -81,6 +86,7 @@ pub fn caught() -> Option<Stop> {
     match CAUGHT.load(Ordering::SeqCst) {
         libc::SIGINT => Some(Stop::Int),
         libc::SIGTERM => Some(Stop::Term),
+        libc::SIGHUP => Some(Stop::Hup),
         _ => None,
     }
 }
@@ -93,5 +99,18 @@ pub fn default_sigpipe() {
     // AF_PACKET sockets, which never raise SIGPIPE.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Ignores SIGPIPE from now on: a write to a pipe or FIFO whose reader is
+/// gone then fails with EPIPE, which `recv --out` reports (a message, the
+/// summary, exit 1) instead of dying without either. Stdout's writes fail
+/// the same way then (a runtime error naming stdout).
+pub fn ignore_sigpipe() {
+    // SAFETY: signal(2) with SIG_IGN installs no handler code; the library's
+    // threads send only on UDP and AF_PACKET sockets, which never raise
+    // SIGPIPE, so nothing else depends on its action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }

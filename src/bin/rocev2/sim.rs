@@ -24,7 +24,7 @@ const FLAGS: FlagNames = &[("pmtu", "--pmtu"), ("udp_port", "--bind")];
 #[command(after_help = crate::after_help(), allow_negative_numbers = true)]
 pub struct FpgaSimArgs {
     /// The server's address: its IP and UDP port (udp_port of `rocev2 recv`)
-    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:4791")]
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:4791", value_parser = args::socket_v4)]
     host: SocketAddrV4,
     /// The server's QP number (qpn)
     #[arg(long, value_name = "N", required = true, value_parser = num::<u32>(0, MAX_24BIT))]
@@ -185,7 +185,9 @@ pub fn verbs_fpga(a: VerbsFpgaArgs) -> Outcome {
     use std::sync::Arc;
     use std::time::Duration;
     let e = lib_err(&[("gid_index", "--gid-index"), ("ib_port", "--ib-port")]);
-    let dev = VerbsDevice::open(&a.device, a.ib_port, a.gid_index).map_err(&e)?;
+    let dev = VerbsDevice::open(&a.device, a.ib_port, a.gid_index)
+        .map_err(&e)
+        .map_err(crate::out::device_hint(&a.device))?;
     let mut req = VerbsRequester::create(Arc::new(dev), a.inflight as usize, a.shape.size as usize)
         .map_err(&e)?;
     let gid = req.gid().map_err(&e)?;
