@@ -21,7 +21,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::wire::icrc::IcrcCache;
 
 /// Largest datagram handled: 4096-byte payload + BTH + ImmDt + pad + ICRC, rounded up.
