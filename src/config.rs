@@ -223,8 +223,8 @@ pub struct SoftConfig {
     /// the kernel to prefer busy polling over interrupts
     /// (`SO_PREFER_BUSY_POLL`, which needs CAP_NET_ADMIN: without it, the
     /// refusal is logged once and busy polling still runs). Only a NIC's
-    /// queue with a NAPI ID is polled: on loopback it does nothing. See the
-    /// README's "Tuning a NIC for the soft backend".
+    /// queue with a NAPI ID is polled: on loopback it does nothing. See
+    /// docs/tuning.md, "What to tune".
     pub busy_poll_us: u32,
 }
 

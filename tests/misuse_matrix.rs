@@ -48,11 +48,13 @@ fn emulator(s: &Soft) -> FpgaEmulator {
 }
 
 fn connect(s: &Soft) -> rocev2_status {
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe { rocev2_server_complete_connection(s.srv, 0x4242, s.hp.sq_psn, 5, 1) }
 }
 
 fn last_error() -> String {
     let mut buf = [0 as std::ffi::c_char; 512];
+    // SAFETY: buf is writable for buf.len() bytes.
     unsafe { rocev2_last_error(buf.as_mut_ptr(), buf.len()) };
     unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()
@@ -60,6 +62,7 @@ fn last_error() -> String {
 }
 
 fn release_dev(s: Soft) {
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         rocev2_server_destroy(s.srv);
         rocev2_device_close(s.dev);
@@ -71,6 +74,7 @@ fn wrong_state_calls_and_double_stop() {
     let _serial = serial();
     use rocev2_status::*;
     let s = soft(4);
+    // SAFETY: a C struct of integers and pointers: all zeroes is a valid value.
     let mut fr: rocev2_frame = unsafe { std::mem::zeroed() };
     fr.struct_size = std::mem::size_of_val(&fr) as u32;
     unsafe {
@@ -119,6 +123,7 @@ fn wrong_state_calls_and_double_stop() {
 
 unsafe extern "C" fn stop_inside(user: *mut c_void, f: *const rocev2_frame) {
     let srv = user as *mut rocev2_server;
+    // SAFETY: f is the frame the library passes to the callback, valid for the call; srv is the server the callback was registered with.
     unsafe {
         assert_eq!(
             rocev2_server_release(srv, (*f).token),
@@ -138,6 +143,7 @@ static CALLS: AtomicU64 = AtomicU64::new(0);
 fn stop_from_inside_the_callback_and_release_twice() {
     let _serial = serial();
     let s = soft(8);
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         assert_eq!(
             rocev2_server_register_frame_callback(s.srv, Some(stop_inside), s.srv as *mut c_void),
@@ -152,12 +158,14 @@ fn stop_from_inside_the_callback_and_release_twice() {
     let _ = emu.run_until_idle(Duration::from_secs(2)); // may give up once the server stops
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(CALLS.load(Ordering::SeqCst), 1, "no callback after stop");
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     assert_eq!(unsafe { rocev2_server_is_running(s.srv) }, 0);
     release_dev(s);
 }
 
 unsafe extern "C" fn count_and_release(user: *mut c_void, f: *const rocev2_frame) {
     let srv = user as *mut rocev2_server;
+    // SAFETY: f is the frame the library passes to the callback, valid for the call; srv is the server the callback was registered with.
     unsafe { rocev2_server_release(srv, (*f).token) };
     FLOWING.fetch_add(1, Ordering::SeqCst);
 }
@@ -167,6 +175,7 @@ static FLOWING: AtomicU64 = AtomicU64::new(0);
 fn destroy_from_another_thread_while_frames_flow() {
     let _serial = serial();
     let s = soft(32);
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         rocev2_server_register_frame_callback(s.srv, Some(count_and_release), s.srv as *mut c_void)
     };
@@ -177,12 +186,14 @@ fn destroy_from_another_thread_while_frames_flow() {
         while FLOWING.load(Ordering::SeqCst) < 200 {
             std::thread::sleep(Duration::from_millis(1));
         }
+        // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
         unsafe { rocev2_server_destroy(srv as *mut rocev2_server) };
     });
     // The sender streams until the server goes away, then gives up cleanly.
     let r = emu.stream(1_000_000, 64, &[0], 64, Duration::from_secs(30), |_| {});
     assert!(r.is_err(), "the emulator notices that the server is gone");
     destroyer.join().unwrap();
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe { rocev2_device_close(s.dev) };
     assert!(FLOWING.load(Ordering::SeqCst) >= 200);
 }
@@ -252,6 +263,7 @@ fn a_thousand_create_stop_destroy_cycles_leak_nothing() {
         let s = soft(16);
         if i % 2 == 0 {
             assert_eq!(connect(&s), rocev2_status::ROCEV2_OK);
+            // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
             unsafe { assert_eq!(rocev2_server_stop(s.srv), rocev2_status::ROCEV2_OK) };
         }
         release_dev(s);
@@ -299,10 +311,12 @@ fn connected(depth: u32) -> Soft {
 }
 
 fn release(srv: *mut rocev2_server, token: u64) -> rocev2_status {
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe { rocev2_server_release(srv, token) }
 }
 
 fn poll(srv: *mut rocev2_server) -> (rocev2_status, rocev2_frame) {
+    // SAFETY: a C struct of integers and pointers: all zeroes is a valid value.
     let mut fr: rocev2_frame = unsafe { std::mem::zeroed() };
     fr.struct_size = std::mem::size_of_val(&fr) as u32;
     let st = unsafe { rocev2_server_poll_frame(srv, 5000, &mut fr) };
@@ -310,10 +324,12 @@ fn poll(srv: *mut rocev2_server) -> (rocev2_status, rocev2_frame) {
 }
 
 fn payload(fr: &rocev2_frame) -> &[u8] {
+    // SAFETY: fr was loaned by a poll that returned OK and is not released yet: data..data+len is its slot's payload, kept alive by the loan.
     unsafe { std::slice::from_raw_parts(fr.data, fr.len as usize) }
 }
 
 fn stats(srv: *mut rocev2_server) -> rocev2_stats {
+    // SAFETY: a C struct of integers and pointers: all zeroes is a valid value.
     let mut st: rocev2_stats = unsafe { std::mem::zeroed() };
     st.struct_size = std::mem::size_of_val(&st) as u32;
     assert_eq!(
@@ -337,6 +353,7 @@ fn a_token_of_another_server_releases_nothing() {
     // of the process has its own serial), and B's does nothing to A.
     assert_eq!((fa.slot, fb.slot), (0, 0));
     assert_ne!(fa.token, fb.token);
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         assert_eq!(
             rocev2_server_release(a.srv, fb.token),
@@ -355,6 +372,7 @@ fn a_token_of_another_server_releases_nothing() {
     let st = stats(a.srv);
     assert_eq!((st.loans_outstanding, st.invalid_releases), (1, 2));
     assert_eq!(pattern::check(payload(&fa)), Ok(0), "A's frame is intact");
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         assert_eq!(rocev2_server_release(a.srv, fa.token), ROCEV2_OK);
         assert_eq!(rocev2_server_release(b.srv, fb.token), ROCEV2_OK);
@@ -394,6 +412,7 @@ fn no_token_can_take_a_frame_queued_for_poll() {
     let (st, fr) = poll(s.srv);
     assert_eq!((st, fr.slot, fr.len), (ROCEV2_OK, 1, 64));
     assert_eq!(pattern::check(payload(&fr)), Ok(1));
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         assert_eq!(rocev2_server_stop(s.srv), ROCEV2_OK);
         assert_eq!(rocev2_server_release(s.srv, fr.token), ROCEV2_OK);
@@ -411,6 +430,7 @@ fn a_destroyed_handle_is_refused_not_dereferenced() {
     queue_frames(&mut emulator(&s), 0, 1);
     let (_, fr) = poll(s.srv);
     let (srv, dev) = (s.srv, s.dev);
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         rocev2_server_destroy(srv);
         // The token keeps the slab: the frame is readable after destroy.
@@ -456,6 +476,7 @@ unsafe extern "C" fn replace_self(
     _: *const std::ffi::c_char,
     _: *const std::ffi::c_char,
 ) {
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     unsafe {
         rocev2_server_destroy(0xbad0 as *mut rocev2_server);
         let st = rocev2_set_log_callback(Some(count_log), ptr::null_mut(), 1);
@@ -469,6 +490,7 @@ unsafe extern "C" fn replace_self(
 fn a_log_callback_may_replace_itself() {
     let _serial = serial();
     let (tx, rx) = std::sync::mpsc::channel();
+    // SAFETY: the C API called as a C caller would, misuse included: the library checks every handle against its registry (a bogus, stale or destroyed handle is refused, never dereferenced), and every pointer passed here is valid for the call.
     std::thread::spawn(move || unsafe {
         let bogus = 0xbad0 as *mut rocev2_server;
         rocev2_set_log_callback(Some(replace_self), ptr::null_mut(), 1);

@@ -296,7 +296,7 @@ class Server:
     def recreate(self) -> HostParams:
         """The remedy after an FPGA reload when the server cannot follow it
         (the verbs backend: the NIC ACKs the restarted stream as old
-        duplicates, see README "Operations"), or after the link went to the
+        duplicates, see docs/operations.md), or after the link went to the
         error state: destroys this server and creates a new one with the same
         configuration (a new QP with new PSNs, a new slab; the frame callback
         registered again if one was set) and the same FPGA GID. Returns the

@@ -135,9 +135,9 @@ pub struct E2e {
     pub naps_per_frame: f64,
     /// The server's ACK turnaround and frame delivery latency (all 0
     /// unless [`E2eSetup::measure_latency`]).
-    pub ack_turnaround: crate::Latency,
+    pub ack_turnaround: crate::server::Latency,
     /// See `ack_turnaround`.
-    pub delivery: crate::Latency,
+    pub delivery: crate::server::Latency,
 }
 
 /// How the end-to-end run is driven.

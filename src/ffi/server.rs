@@ -263,7 +263,7 @@ pub const ROCEV2_LINK_ERROR: u32 = 2;
 pub const ROCEV2_LINK_STOPPED: u32 = 3;
 
 const _: () = {
-    use crate::LinkState;
+    use crate::server::LinkState;
     assert!(ROCEV2_LINK_CREATED == LinkState::Created as u32);
     assert!(ROCEV2_LINK_CONNECTED == LinkState::Connected as u32);
     assert!(ROCEV2_LINK_ERROR == LinkState::Error as u32);

@@ -7,7 +7,7 @@
 //! That is right for a sender that waits for the host: surf's engine keeps
 //! 4 messages un-ACKed, so the host's latency after each ACK sets the
 //! stream's pace (the demo runs several times faster spinning than parking:
-//! README's bench table). It is wrong for a paced sender whose bursts come
+//! docs/performance.md, the surf rows). It is wrong for a paced sender whose bursts come
 //! 20 us apart (a NIC's interrupt coalescing at 10 GbE): the gaps are as
 //! short as the window-limited sender's round trip, every spin "hits", and
 //! the thread spins a whole core away for a rate it reaches without. Gap
@@ -20,8 +20,8 @@
 //! measured, must fit a quarter of the slots and of the socket's buffer; at
 //! most [`NAP_MAX`]), then takes what came in one batch, and parks only when
 //! the nap found nothing. One wake-up per nap instead of one per burst, so
-//! a fraction of the CPU that parking at once or spinning costs (README's
-//! bench table, `server paced` rows).
+//! a fraction of the CPU that parking at once or spinning costs
+//! (docs/performance.md, the paced rows).
 //!
 //! So the thread holds a mode (spin as the budget allows, or nap) and now
 //! and then runs a trial of three legs of [`LEG`]: one in the held mode, one

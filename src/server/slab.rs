@@ -247,7 +247,6 @@ impl Slab {
     /// Runs `f` on the whole of receiver-owned `slot` (the soft backend's copy
     /// from the socket). Returns `None` if the slot is out of range or loaned.
     /// Only the receive thread calls this, so there is a single writer.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn write_slot<R>(&self, slot: u32, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
         let st = self.state.get(slot as usize)?;
         if st.load(Ordering::Acquire) & LOANED != 0 {

@@ -43,7 +43,7 @@ const MIN_SPIN: Duration = Duration::from_micros(1);
 /// thread's own wake-up, so a window-limited sender whose ACK round trip a
 /// spin would bridge shows up a little beyond `spin_us` once the thread
 /// blocks (and runs at a fraction of its spinning rate: the demo's
-/// surf-like 4-message window, README's bench table).
+/// surf-like 4-message window, docs/performance.md, the surf rows).
 const GROW_WITHIN: u32 = 2;
 
 /// Empty polls between clock reads while spinning.
