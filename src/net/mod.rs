@@ -247,6 +247,25 @@ fn from_v4(a: &SocketAddrV4) -> libc::sockaddr_in {
     }
 }
 
+/// `connect(AF_UNSPEC)`: a connected UDP socket unconnected again.
+fn disconnect(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: a zeroed sockaddr with family AF_UNSPEC, of its own size; the
+    // kernel reads only the family for a UDP disconnect.
+    let rc = unsafe {
+        let mut sa: libc::sockaddr = std::mem::zeroed();
+        sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(
+            fd,
+            &sa,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl UdpIo {
     /// Binds `addr` (port 0 picks a free port), with room for `batch` datagrams.
     pub fn bind(addr: SocketAddrV4, batch: usize) -> Result<UdpIo> {
@@ -387,7 +406,8 @@ impl UdpIo {
     }
 
     /// Receives from `peer` only (port 0: any port of its address), and
-    /// sends from then on from a reply socket of its own.
+    /// sends from then on from a reply socket of its own, on the same
+    /// address and port.
     ///
     /// The bound socket is connected to `peer`: in a group of sockets
     /// sharing the address and port ([`bind_shared`](Self::bind_shared)),
@@ -396,18 +416,29 @@ impl UdpIo {
     /// unconnected one), so each server of a shared port gets its FPGA's
     /// packets and no other's. A connected socket numbers the IP IDs of
     /// what it sends (DF set) from a random start, which an ICRC covers:
-    /// so datagrams leave from a second, unconnected socket on the same
-    /// address and a free port (IP ID 0, as before), which a filter keeps
-    /// from queueing anything. RoCEv2 requesters take ACKs from any source
-    /// port (rdma_rxe and NICs send theirs from a per-QP port). In raw
-    /// capture mode the capture's filter is narrowed to `peer` too.
+    /// so datagrams leave from a second, unconnected socket (IP ID 0, as
+    /// before) bound to the same address and port in the group, which a
+    /// filter keeps from queueing anything. Its source port matters: surf's
+    /// UDP engine answers (sends its next requests) to the port the last
+    /// datagram came from, so an ACK must come from the port the server
+    /// receives on. An unconnected member that joins the group makes the
+    /// kernel forget the group has connected members (Linux 6.18: it then
+    /// takes every packet), so the reply socket connects once (to its own
+    /// address) and disconnects, which marks the group as connected again.
+    /// In raw capture mode the capture's filter is narrowed to `peer` too.
     pub fn connect_peer(&mut self, peer: SocketAddrV4) -> Result<()> {
         let local = self.local_addr()?;
-        let tx = UdpSocket::bind(SocketAddrV4::new(*local.ip(), 0))
-            .map_err(|e| Error::io(&format!("binding the reply socket on {}", local.ip()), e))?;
+        let tx = holder::shared_socket(local)
+            .map_err(|e| Error::io(&format!("binding the reply socket on {local}"), e))?;
         let fd = sending(&tx, "the reply socket")?;
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20, "SO_SNDBUF");
         capture::attach_filter(fd, &capture::NOTHING, "the reply socket's filter")?;
+        // Connected once and disconnected: the group is marked as having
+        // connected members again (see above), and the socket sends with
+        // IP ID 0 (unconnected).
+        tx.connect(local)
+            .map_err(|e| Error::io(&format!("connecting the reply socket {local}"), e))?;
+        disconnect(fd).map_err(|e| Error::io("disconnecting the reply socket", e))?;
         if self.raw.is_some() {
             self.narrow_capture(peer)?;
         }

@@ -902,3 +902,31 @@ fn a_duplicate_from_another_port_does_not_steer_the_acks() {
         "a reply went to the duplicate's port"
     );
 }
+
+/// ACKs leave from the port the server receives on: surf's UDP engine sends
+/// its next requests to the port the last datagram it got came from
+/// (UdpEngineRx latches the server port's remote port), so an ACK from any
+/// other port would steer the FPGA's stream away from the server.
+#[test]
+fn acks_leave_from_the_port_the_server_receives_on() {
+    let mut r = rig(4, 4096, 5);
+    let (fpga, fpga_at) = local_socket();
+    let bth = Bth::new(Opcode::SendOnlyImm, r.qpn(), PSN0);
+    let buf = craft(bth, Some(1), &payload(1, 64), fpga_at, r.to);
+    fpga.send_to(&buf, r.to).unwrap();
+    let c = r.poll(1);
+    r.check(&c[0], &payload(1, 64), 1);
+    fpga.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut ack = [0u8; 256];
+    let (n, from) = fpga.recv_from(&mut ack).expect("the FPGA gets its ACK");
+    assert_eq!(
+        Packet::parse(&ack[..n]).unwrap().bth.opcode,
+        Opcode::Acknowledge
+    );
+    assert_eq!(
+        from,
+        std::net::SocketAddr::V4(r.to),
+        "the ACK came from another port than the server's"
+    );
+}
