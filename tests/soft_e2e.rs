@@ -363,12 +363,12 @@ fn default_ports_with_the_fpga_on_the_server_address_stream() {
     wait_for(&count, 1000);
     assert_eq!(*err.lock().unwrap(), None);
     assert_eq!(count.load(Ordering::SeqCst), 1000);
+    // Every message ACKed (the old defect: every ACK went to the server's own
+    // socket, none reached the emulator, and it gave up). Not "no timeout":
+    // a loaded machine may stall a thread past the 16.8 ms ACK timeout.
     let e = emu.stats();
-    assert_eq!(
-        (e.requester.acked, e.requester.timeouts),
-        (1000, 0),
-        "{e:?}"
-    );
+    assert_eq!(e.requester.acked, 1000, "{e:?}");
+    assert!(e.requester.acks > 0, "{e:?}");
     let s = server.stats().soft();
     assert_eq!(s.foreign_packets + s.malformed, 0);
 }

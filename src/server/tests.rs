@@ -806,7 +806,7 @@ fn a_stop_inside_the_pollers_check_window_still_wakes_it() {
     assert_eq!(outcome.unwrap_err().kind(), ErrorKind::Stopped);
 }
 
-/// The FPGA's counter (immediate bits [31:8]) checked modulo counter_wrap:
+/// The FPGA's counter (immediate bits `[31:8]`) checked modulo counter_wrap:
 /// skipped numbers are a gap (counted with how many), a 0 before the wrap a
 /// reset, a wrap at counter_wrap neither, a counter beyond the wrap (a
 /// mismatched AddrWrapCount) no gap; unchecked (0) nothing is counted.
