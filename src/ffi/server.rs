@@ -15,7 +15,7 @@ use super::status::rocev2_status;
 use crate::config::{ConnectParams, ServerConfig};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
-use crate::Server;
+use crate::{Server, Stats};
 
 /// Server settings. Fill with `rocev2_server_config_init(&cfg, sizeof cfg)`,
 /// then adjust.
@@ -515,10 +515,19 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let core = core_ref(srv)?;
-        let s = core.stats();
+        let full = rocev2_stats::from(&core.stats());
+        // SAFETY: out is NULL or has struct_size writable bytes (API contract).
+        unsafe { write_sized(out, full, "out") }
+    })
+}
+
+/// The C struct of a stats snapshot: a flat field copy (`struct_size` is
+/// set by `write_sized`).
+impl From<&Stats> for rocev2_stats {
+    fn from(s: &Stats) -> Self {
         let soft = s.soft();
         let verbs = s.verbs();
-        let full = rocev2_stats {
+        rocev2_stats {
             struct_size: 0,
             reserved: 0,
             frames: s.frames,
@@ -581,10 +590,8 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             duplicating_peer: s.duplicating_peer,
             rnr_storms: s.rnr_storms,
             rnr_storm: s.rnr_storm,
-        };
-        // SAFETY: out is NULL or has struct_size writable bytes (API contract).
-        unsafe { write_sized(out, full, "out") }
-    })
+        }
+    }
 }
 
 fn micros_or_max(d: Option<std::time::Duration>) -> u64 {
