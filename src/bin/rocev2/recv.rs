@@ -156,20 +156,7 @@ pub fn run(a: RecvArgs) -> Outcome {
             "--fpga-ip and --fpga-qpn, or --fpga IP:QPN, name the FPGA",
         ));
     };
-    let mut rec = match &a.out {
-        Some(p) => Some(RogueWriter::create(p).map_err(|e| {
-            Fail::runtime(format!(
-                "--out {}: cannot create the file: {e}",
-                p.display()
-            ))
-        })?),
-        None => None,
-    };
-    if rec.as_ref().is_some_and(|w| !w.is_regular_file()) {
-        // A pipe or FIFO: its reader may exit before the stream ends; then
-        // the write fails (EPIPE) and recv stops cleanly, not by SIGPIPE.
-        signals::ignore_sigpipe();
-    }
+    let mut rec = open_out(a.out.as_deref())?;
     let e = lib_err(SERVER_FLAGS);
     let (_dev, server) = open_server(&a)?;
     // Before the params go out: the FPGA programmed with them may send at
@@ -223,6 +210,23 @@ pub fn run(a: RecvArgs) -> Outcome {
         );
     }
     Ok(exit_code(&t, refused, a.frames))
+}
+
+/// The `--out` file's writer, if asked for.
+fn open_out(out: Option<&std::path::Path>) -> Result<Option<RogueWriter>, Fail> {
+    let Some(p) = out else { return Ok(None) };
+    let w = RogueWriter::create(p).map_err(|e| {
+        Fail::runtime(format!(
+            "--out {}: cannot create the file: {e}",
+            p.display()
+        ))
+    })?;
+    if !w.is_regular_file() {
+        // A pipe or FIFO: its reader may exit before the stream ends; then
+        // the write fails (EPIPE) and recv stops cleanly, not by SIGPIPE.
+        signals::ignore_sigpipe();
+    }
+    Ok(Some(w))
 }
 
 /// `--fpga IP:QPN` repeated: a server per FPGA on --bind/--port, each
@@ -461,11 +465,7 @@ fn receive(
             active = Instant::now();
         }
         if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
-            let line = tk.line(&t, &server.stats());
-            let line = match link {
-                Some(i) => line.replacen("rocev2 recv:", &format!("rocev2 recv link {i}:"), 1),
-                None => line,
-            };
+            let line = tk.line(&t, &server.stats(), link);
             bar.suspend(|| errln!("{line}"));
         }
     }

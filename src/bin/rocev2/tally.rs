@@ -81,7 +81,9 @@ impl Ticker {
             last: (now, 0, 0),
         }
     }
-    pub(crate) fn line(&mut self, t: &Tally, s: &Stats) -> String {
+    /// The line now; `link` (with several --fpga): which link, first.
+    pub(crate) fn line(&mut self, t: &Tally, s: &Stats, link: Option<usize>) -> String {
+        let who = link.map_or(String::new(), |i| format!(" link {i}"));
         let now = Instant::now();
         let dt = (now - self.last.0).as_secs_f64().max(1e-9);
         let gbit = (t.bytes - self.last.2) as f64 * 8.0 / dt / 1e9;
@@ -91,7 +93,7 @@ impl Ticker {
             self.next += self.every;
         }
         let mut line = format!(
-            "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
+            "rocev2 recv{who}: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
              seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
              {}{}link {}, last packet {}",
             (now - self.t0).as_secs_f64(),
