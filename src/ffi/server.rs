@@ -46,7 +46,7 @@ pub struct rocev2_server_config {
     /// and per frame). Default 0: off, no cost. The verbs backend refuses
     /// 1 (ROCEV2_ERR_UNSUPPORTED: its NIC ACKs). Since 2.3.
     pub measure_latency: u32,
-    /// Check the FPGA's frame counter (immediate bits [31:8], surf's
+    /// Check the FPGA's frame counter (immediate bits \[31:8\], surf's
     /// addrCount: +1 per frame, wrapping to 0 at its AddrWrapCount) on
     /// every delivered frame, modulo this (1..2^24); gaps and resets are
     /// counted in rocev2_stats (counter_gaps, counter_gap_frames,
