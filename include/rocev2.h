@@ -303,7 +303,7 @@ typedef struct {
    */
   uint32_t measure_latency;
   /**
-   * Check the FPGA's frame counter (immediate bits `[31:8]`, surf's
+   * Check the FPGA's frame counter (immediate bits \[31:8\], surf's
    * addrCount: +1 per frame, wrapping to 0 at its AddrWrapCount) on
    * every delivered frame, modulo this (1..2^24); gaps and resets are
    * counted in rocev2_stats (counter_gaps, counter_gap_frames,

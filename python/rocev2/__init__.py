@@ -25,8 +25,9 @@ The package's modules, by job (all private; the API is this module's):
 ``_errors`` (status codes, :class:`Rocev2Error`), ``_cdecl`` (the C structs
 and signatures), ``_loader`` (finding and loading the library, status
 checks), ``_codes`` (MTU / RNR timer / link state codes), ``_gid`` (GID
-helpers), ``_config`` (:class:`ServerCfg`, :class:`TransportCfg`), ``_frames``
-(:class:`Frame`), ``_server`` (:class:`Server`, :class:`ChannelView`),
+helpers), ``_config`` (:class:`ServerCfg`, :class:`TransportCfg`, the device config
+marshalling), ``_frames`` (:class:`Frame`), ``_server`` (:class:`Server`),
+``_channels`` (the channel demultiplexer, :class:`ChannelView`),
 ``_logs`` (log forwarding), ``_version`` (``__version__``).
 """
 from __future__ import annotations
@@ -46,7 +47,8 @@ from ._frames import Frame, pattern_check
 from ._gid import detect_gid_index, gid_bytes_to_str, host_ip_from_gid, ip_to_gid_bytes, parse_gid
 from ._loader import _check_layouts, _lib, abi_version, list_devices, version
 from ._logs import forward_logs_to_python
-from ._server import ChannelView, Server, _deferred, _live
+from ._channels import ChannelView
+from ._server import Server, _deferred, _live
 from ._version import __version__ as __version__
 
 __all__ = [

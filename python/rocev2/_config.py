@@ -6,10 +6,10 @@ import ctypes
 import dataclasses
 import typing
 
-from ._cdecl import _ServerConfig
+from ._cdecl import _DeviceConfig, _ServerConfig
 from ._codes import Mtu, pmtu_bytes, rnr_timer_us
 from ._errors import Rocev2Error, Status
-from ._gid import _ipv4
+from ._gid import _ipv4, detect_gid_index
 from ._loader import _check, _lib
 
 
@@ -103,6 +103,34 @@ class ServerCfg:
                               f"got {self.counterWrap!r}")
         sc.counter_wrap = self.counterWrap
         return sc
+
+    def _gid_index(self) -> int:
+        """gidIndex, auto-detected (-1) from the device's GIDs on ip's subnet
+        (0 on the soft backend)."""
+        if self.gidIndex >= 0:
+            return self.gidIndex
+        if self.deviceName == "soft":
+            return 0
+        detected = detect_gid_index(self.deviceName, self.ip, self.ibPort)
+        if detected is None:
+            raise Rocev2Error(Status.NOT_FOUND, f"could not auto-detect a RoCE v2 IPv4 GID on "
+                              f"{self.deviceName} matching {self.ip}'s subnet — pass "
+                              f"gidIndex explicitly (see: ibv_devinfo -v -d {self.deviceName})")
+        return detected
+
+    def _c_device_config(self, gid_index: int) -> _DeviceConfig:
+        """This config as the library's rocev2_device_config, with GID index ``gid_index``."""
+        dc = _DeviceConfig()
+        _check(_lib().rocev2_device_config_init(ctypes.byref(dc), ctypes.sizeof(dc)))
+        dc.name = self.deviceName.encode()
+        dc.ib_port = self.ibPort
+        dc.gid_index = gid_index
+        dc.bind_addr = self.bindAddr.encode()
+        dc.udp_port = self.udpPort
+        dc.peer_udp_port = self.peerUdpPort
+        dc.icrc_check = _ICRC_CHECK[self.icrcCheck]
+        dc.busy_poll_us = self.busyPollUs
+        return dc
 
 
 @dataclasses.dataclass

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import atexit
-import collections
 import ctypes
-import logging
 import math
 import sys
 import threading
@@ -15,12 +13,13 @@ import weakref
 from . import _loader
 from ._cdecl import (_FRAME_CB, _FRAME_RECORD, _RECORD_WORDS, _STAT_FIELDS, _TOKEN_WORD, _STAT_FIELDS_2_1, _STAT_FIELDS_2_2,
                      _STAT_FIELDS_2_3, _STAT_FIELDS_2_3_PEER, _STAT_FIELDS_2_4,
-                     _STRUCT_SIZE, _Batch, _DeviceConfig, _Frame, _HostParams, _Stats)
+                     _STRUCT_SIZE, _Batch, _Frame, _HostParams, _Stats)
 from ._codes import LinkState, Mtu, _u32, validate_channel
-from ._config import _ICRC_CHECK, HostParams, ServerCfg, TransportCfg
+from ._channels import ChannelView, _Demux
+from ._config import HostParams, ServerCfg, TransportCfg
 from ._errors import Rocev2Error, Status
 from ._frames import _HELD_EXPORT, Frame, _SlabView, arm_batch
-from ._gid import detect_gid_index, ip_to_gid_bytes, parse_gid, host_ip_from_gid
+from ._gid import ip_to_gid_bytes, parse_gid, host_ip_from_gid
 from ._loader import _answered, _check, _lib, _raw
 
 
@@ -171,53 +170,30 @@ class Server:
 
     def __init__(self, cfg: ServerCfg):
         self._cfg = cfg
+        self._cb_fn: typing.Optional[typing.Callable[[Frame], None]] = None
+        self._start()
+
+    def _start(self) -> None:
+        """Opens the device and creates the server (fresh handles, channel
+        demultiplexer and kept arrays): what __init__ and recreate() do."""
+        cfg = self._cfg
         self._dev = ctypes.c_void_p()
         self._srv = ctypes.c_void_p()
-        self._cb_fn: typing.Optional[typing.Callable[[Frame], None]] = None
         self._h = _Handles(self._srv, self._dev)
         # close() or garbage collection; not at exit (_stop_all_at_exit stops).
         self._closer = weakref.finalize(self, self._h.close)
         self._closer.atexit = False
         _reap()
-        # Frames poll(channel=...) took for other channels, kept for their
-        # readers as (arrival number, frame) per channel; at most _keep_max in
-        # all (half the receive queue), beyond which the oldest is released
-        # and counted (channel_drops): unread channels must not hold the slots.
-        self._lock = threading.Lock()
-        self._pending: typing.DefaultDict[int, typing.Deque[typing.Tuple[int, Frame]]] = \
-            collections.defaultdict(collections.deque)
-        self._kept = 0
-        self._arrivals = 0
-        self._keep_max = typing.cast(int, cfg.rxQueueDepth) // 2  # an int after ServerCfg.__post_init__
-        self._channel_drops = 0
+        # Frames poll(channel=...) took for other channels (see _channels.py).
+        self._demux = _Demux(typing.cast(int, cfg.rxQueueDepth) // 2)  # an int after ServerCfg.__post_init__
         # Kept for poll_frames / release_frames: rocev2_frame arrays (with
         # their bytes) and token arrays, taken and put back (list.pop and
         # append are atomic: threads polling at once each get their own),
         # and the slab's view (per library handle).
         self._batches: typing.List[_Batch] = []
         self._token_arrays: typing.List[ctypes.Array[ctypes.c_uint64]] = []
-        gid_index = cfg.gidIndex
-        if gid_index < 0:
-            if cfg.deviceName == "soft":
-                gid_index = 0
-            else:
-                detected = detect_gid_index(cfg.deviceName, cfg.ip, cfg.ibPort)
-                if detected is None:
-                    raise Rocev2Error(Status.NOT_FOUND, f"could not auto-detect a RoCE v2 IPv4 GID on "
-                                      f"{cfg.deviceName} matching {cfg.ip}'s subnet — pass "
-                                      f"gidIndex explicitly (see: ibv_devinfo -v -d {cfg.deviceName})")
-                gid_index = detected
-        self.gidIndex = gid_index
-        dc = _DeviceConfig()
-        _check(_lib().rocev2_device_config_init(ctypes.byref(dc), ctypes.sizeof(dc)))
-        dc.name = cfg.deviceName.encode()
-        dc.ib_port = cfg.ibPort
-        dc.gid_index = gid_index
-        dc.bind_addr = cfg.bindAddr.encode()
-        dc.udp_port = cfg.udpPort
-        dc.peer_udp_port = cfg.peerUdpPort
-        dc.icrc_check = _ICRC_CHECK[cfg.icrcCheck]
-        dc.busy_poll_us = cfg.busyPollUs
+        self.gidIndex = cfg._gid_index()
+        dc = cfg._c_device_config(self.gidIndex)
         _check(_lib().rocev2_device_open(ctypes.byref(dc), ctypes.byref(self._dev)))
         try:
             sc = cfg._c_config()
@@ -305,7 +281,8 @@ class Server:
         server stay valid until released."""
         fn = self._cb_fn
         self.close()
-        self.__init__(self._cfg)  # type: ignore[misc]  # a new server in this object
+        self._cb_fn = None
+        self._start()
         if fn is not None:
             self.set_frame_callback(fn)
         return self.get_host_params()
@@ -481,59 +458,28 @@ class Server:
         or a plain poll: the oldest kept first), at most ``rxQueueDepth // 2``:
         beyond that the oldest is released unread (:attr:`channel_drops`)."""
         if channel is None:
-            if self._kept:  # frames kept by poll(channel=...): the oldest first
-                with self._lock:
-                    queues = [q for q in self._pending.values() if q]
-                    if queues:
-                        self._kept -= 1
-                        return min(queues, key=lambda q: q[0][0]).popleft()[1]
-            return self._poll_raw(timeout)
+            kept = self._demux.take_oldest()  # frames kept by poll(channel=...): the oldest first
+            return kept if kept is not None else self._poll_raw(timeout)
         validate_channel(channel)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            with self._lock:
-                if self._pending[channel]:
-                    self._kept -= 1
-                    return self._pending[channel].popleft()[1]
+            kept = self._demux.take(channel)
+            if kept is not None:
+                return kept
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             f = self._poll_raw(left)
             if f is None:
                 return None
             if f.channel == channel:
                 return f
-            self._keep(f, channel)
-
-    def _keep(self, f: Frame, reader: int) -> None:
-        """Keeps ``f``, taken by a reader of channel ``reader``, for its own
-        channel's reader. Beyond :attr:`_keep_max` kept frames the oldest kept
-        is released (counted in :attr:`channel_drops`, logged the first
-        time): a channel nobody reads must not hold the receive queue's
-        slots (the link would stall under RNR NAKs)."""
-        with self._lock:
-            self._arrivals += 1
-            self._pending[f.channel].append((self._arrivals, f))
-            self._kept += 1
-            if self._kept <= self._keep_max:
-                return
-            oldest = min((q for q in self._pending.values() if q), key=lambda q: q[0][0])
-            dropped = oldest.popleft()[1]
-            self._kept -= 1
-            self._channel_drops += 1
-            first = self._channel_drops == 1
-        if first:
-            logging.getLogger("rocev2.Server").warning(
-                "poll(channel=%d) keeps at most %d frames of other channels for their readers "
-                "(half the receive queue); released unread: the oldest kept, of channel %d "
-                "(Server.channel_drops counts them; this is logged once)",
-                reader, self._keep_max, dropped.channel)
-        dropped.release()
+            self._demux.keep(f, channel)
 
     @property
     def channel_drops(self) -> int:
         """Frames that poll(channel=...) or a :class:`ChannelView` took for
         other channels and released unread, the oldest beyond the
         ``rxQueueDepth // 2`` kept for those channels' readers."""
-        return self._channel_drops
+        return self._demux.drops
 
     def frames(self, timeout: typing.Optional[float] = None,
                channel: typing.Optional[int] = None) -> typing.Iterator[Frame]:
@@ -684,21 +630,3 @@ class Server:
         print(self.conn_info())
 
     print_conn_info = printConnInfo
-
-
-class ChannelView:
-    """Frames of one channel of a :class:`Server` (pull API). Frames of
-    other channels that arrive meanwhile are kept for their readers
-    (``server.poll()``, another view), at most ``rxQueueDepth // 2`` of them:
-    beyond that the oldest kept is released unread and counted in
-    ``server.channel_drops``, so channels nobody reads do not stall the link."""
-
-    def __init__(self, server: Server, channel: int):
-        self.server = server
-        self.channel = channel
-
-    def poll(self, timeout: typing.Optional[float] = None) -> typing.Optional[Frame]:
-        return self.server.poll(timeout, self.channel)
-
-    def __iter__(self) -> typing.Iterator[Frame]:
-        return self.server.frames(channel=self.channel)

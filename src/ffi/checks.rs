@@ -6,8 +6,8 @@
 use super::device::rocev2_device_config;
 use super::frame::rocev2_frame;
 use super::guard::{deref_mut, fn_name, guard, null, slice};
-use super::rocev2_status;
 use super::server::{rocev2_host_params, rocev2_server_config, rocev2_stats, server_config_from};
+use super::status::rocev2_status;
 use crate::config::{Mtu, RnrTimer};
 use crate::emulator::pattern;
 use crate::error::Error;

@@ -3,8 +3,9 @@
 use std::ffi::c_char;
 
 use super::guard::{c_str, copy_out, deref_mut, fn_name, guard, guard_or, BoxHandle};
+use super::library::ROCEV2_ICRC_AUTO;
 use super::sized::{init_sized, read_sized, SizedStruct};
-use super::{rocev2_status, ROCEV2_ICRC_AUTO};
+use super::status::rocev2_status;
 use crate::config::{DeviceConfig, IcrcCheck, VerbsConfig};
 use crate::error::{Error, ErrorKind};
 use crate::Device;

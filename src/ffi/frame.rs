@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use super::guard::{fn_name, guard, slice};
-use super::handles;
-use super::rocev2_status;
-use super::server::{core_ref, rocev2_server};
+use super::handles::{self, core_ref, rocev2_server};
 use super::sized::{caller_size, put_sized, SizedStruct};
+use super::status::rocev2_status;
 use crate::error::{Error, ErrorKind};
 use crate::server::{Frame, RxTimeSource};
 

@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use super::guard::{c_str, copy_out, deref_mut, fn_name, guard, null, slice};
-use super::rocev2_status;
+use super::status::rocev2_status;
 use crate::error::{Error, ErrorKind};
 use crate::gid::Gid;
 

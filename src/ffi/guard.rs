@@ -25,7 +25,8 @@ pub(crate) fn type_name_of<T>(_: T) -> &'static str {
     std::any::type_name::<T>()
 }
 
-use super::rocev2_status;
+use super::log_sink;
+use super::status::{rocev2_status, status_of};
 use crate::error::{Error, ErrorKind, Result};
 
 thread_local! {
@@ -44,31 +45,10 @@ pub(crate) fn with_last_error<R>(f: impl FnOnce(&str) -> R) -> R {
     LAST_ERROR.with(|e| f(&e.borrow()))
 }
 
-pub(crate) fn status_of(kind: ErrorKind) -> rocev2_status {
-    use rocev2_status::*;
-    match kind {
-        ErrorKind::InvalidArgument => ROCEV2_ERR_INVALID_ARGUMENT,
-        ErrorKind::NullPointer => ROCEV2_ERR_NULL_POINTER,
-        ErrorKind::NoDevice => ROCEV2_ERR_NO_DEVICE,
-        ErrorKind::DeviceNotFound => ROCEV2_ERR_DEVICE_NOT_FOUND,
-        ErrorKind::Device => ROCEV2_ERR_DEVICE,
-        ErrorKind::State => ROCEV2_ERR_STATE,
-        ErrorKind::Timeout => ROCEV2_ERR_TIMEOUT,
-        ErrorKind::Stopped => ROCEV2_ERR_STOPPED,
-        ErrorKind::Unsupported => ROCEV2_ERR_UNSUPPORTED,
-        ErrorKind::Io => ROCEV2_ERR_IO,
-        ErrorKind::NoMemory => ROCEV2_ERR_NO_MEMORY,
-        ErrorKind::UnknownToken => ROCEV2_ERR_UNKNOWN_TOKEN,
-        ErrorKind::NotFound => ROCEV2_ERR_NOT_FOUND,
-        ErrorKind::BufferTooSmall => ROCEV2_ERR_BUFFER_TOO_SMALL,
-        ErrorKind::Internal => ROCEV2_ERR_INTERNAL,
-    }
-}
-
 /// Runs `body` for exported function `func`: no panic escapes, errors become
 /// a status code plus the last-error message.
 pub(crate) fn guard(func: &str, body: impl FnOnce() -> Result<()>) -> rocev2_status {
-    super::logging::ensure_installed();
+    log_sink::ensure_installed();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => rocev2_status::ROCEV2_OK,
         Ok(Err(e)) => {
@@ -202,5 +182,28 @@ pub(crate) trait BoxHandle: Sized {
             // SAFETY: per the caller, p is a live Box<Self::Rust>, freed once here.
             drop(unsafe { Box::from_raw(p as *mut Self::Rust) });
         }
+    }
+}
+
+/// Copies the calling thread's last error message into `buf` (`len` bytes,
+/// always NUL-terminated when len > 0, truncated if needed) and returns its
+/// full length without the NUL, so a caller can size a buffer with
+/// `rocev2_last_error(NULL, 0) + 1`. Valid after a call that failed.
+///
+/// Thread safety: any thread; the message is the calling thread's own.
+#[no_mangle]
+pub unsafe extern "C" fn rocev2_last_error(buf: *mut c_char, len: usize) -> usize {
+    // SAFETY: buf is NULL or has len writable bytes (API contract).
+    with_last_error(|m| unsafe { copy_out(m, buf, len) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_boundary_names_the_exported_function() {
+        fn rocev2_example() -> &'static str {
+            fn_name!()
+        }
+        assert_eq!(rocev2_example(), "rocev2_example");
     }
 }

@@ -32,7 +32,15 @@ use once_cell::sync::Lazy;
 use crate::error::{Error, ErrorKind, Result};
 use crate::server::ServerCore;
 
-use super::server::rocev2_server;
+/// A receive server. Opaque.
+pub struct rocev2_server {
+    _private: [u8; 0],
+}
+
+/// The live server behind a handle (a handle is checked, never dereferenced).
+pub(crate) fn core_ref(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
+    server(srv)
+}
 
 struct Entry {
     /// The handle's own reference: `Some` from create until destroy.

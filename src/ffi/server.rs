@@ -5,29 +5,17 @@
 //! is released, and a stale handle is refused, never dereferenced.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::Arc;
 
 use super::device::rocev2_device;
 use super::frame::{rocev2_frame, to_frame};
 use super::guard::{copy_out, deref_mut, fn_name, guard, guard_or, null, slice, BoxHandle};
-use super::rocev2_status;
+use super::handles::{self, core_ref, rocev2_server};
 use super::sized::{init_sized, read_sized, write_sized, SizedStruct};
+use super::status::rocev2_status;
 use crate::config::{ConnectParams, ServerConfig};
 use crate::error::{Error, Result};
 use crate::gid::Gid;
-use crate::server::ServerCore;
-use crate::Server;
-
-/// A receive server. Opaque.
-pub struct rocev2_server {
-    _private: [u8; 0],
-}
-
-/// The live server behind a handle (see `handles.rs`: a handle is checked,
-/// never dereferenced).
-pub(crate) fn core_ref(srv: *const rocev2_server) -> Result<Arc<ServerCore>> {
-    super::handles::server(srv)
-}
+use crate::{Server, Stats};
 
 /// Server settings. Fill with `rocev2_server_config_init(&cfg, sizeof cfg)`,
 /// then adjust.
@@ -58,7 +46,7 @@ pub struct rocev2_server_config {
     /// and per frame). Default 0: off, no cost. The verbs backend refuses
     /// 1 (ROCEV2_ERR_UNSUPPORTED: its NIC ACKs). Since 2.3.
     pub measure_latency: u32,
-    /// Check the FPGA's frame counter (immediate bits `[31:8]`, surf's
+    /// Check the FPGA's frame counter (immediate bits \[31:8\], surf's
     /// addrCount: +1 per frame, wrapping to 0 at its AddrWrapCount) on
     /// every delivered frame, modulo this (1..2^24); gaps and resets are
     /// counted in rocev2_stats (counter_gaps, counter_gap_frames,
@@ -402,7 +390,7 @@ pub unsafe extern "C" fn rocev2_server_create(
         // SAFETY: as above (a handle from rocev2_device_open).
         let dev = unsafe { rocev2_device::borrow(dev, "dev") }?;
         let core = Server::create_core(&dev.with_mr_remote_write(remote_write), &sc)?;
-        *out = super::handles::register(core);
+        *out = handles::register(core);
         Ok(())
     })
 }
@@ -527,10 +515,19 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
 ) -> rocev2_status {
     guard(fn_name!(), || {
         let core = core_ref(srv)?;
-        let s = core.stats();
+        let full = rocev2_stats::from(&core.stats());
+        // SAFETY: out is NULL or has struct_size writable bytes (API contract).
+        unsafe { write_sized(out, full, "out") }
+    })
+}
+
+/// The C struct of a stats snapshot: a flat field copy (`struct_size` is
+/// set by `write_sized`).
+impl From<&Stats> for rocev2_stats {
+    fn from(s: &Stats) -> Self {
         let soft = s.soft();
         let verbs = s.verbs();
-        let full = rocev2_stats {
+        rocev2_stats {
             struct_size: 0,
             reserved: 0,
             frames: s.frames,
@@ -593,10 +590,8 @@ pub unsafe extern "C" fn rocev2_server_get_stats(
             duplicating_peer: s.duplicating_peer,
             rnr_storms: s.rnr_storms,
             rnr_storm: s.rnr_storm,
-        };
-        // SAFETY: out is NULL or has struct_size writable bytes (API contract).
-        unsafe { write_sized(out, full, "out") }
-    })
+        }
+    }
 }
 
 fn micros_or_max(d: Option<std::time::Duration>) -> u64 {
@@ -667,16 +662,16 @@ pub unsafe extern "C" fn rocev2_server_stop(srv: *mut rocev2_server) -> rocev2_s
 #[no_mangle]
 pub unsafe extern "C" fn rocev2_server_destroy(srv: *mut rocev2_server) {
     guard_or(fn_name!(), (), || {
-        if srv.is_null() || super::handles::is_forked(srv) {
+        if srv.is_null() || handles::is_forked(srv) {
             // A forked child's copy of its parent's server: its threads are
             // not here and its locks may be taken; left alone.
             return Ok(());
         }
-        match super::handles::unregister(srv) {
+        match handles::unregister(srv) {
             Ok(core) => {
                 core.stop();
                 drop(core);
-                super::handles::forget_if_dead(srv);
+                handles::forget_if_dead(srv);
             }
             Err(e) => log::error!("rocev2_server_destroy: {e}"),
         }

@@ -354,12 +354,6 @@ fn links_row(frames: u64) -> Result<(), Fail> {
                 Ok((a()?, y))
             }
         };
-    let cpu = |l: &Links| l.each.iter().map(|e| e.cpu).sum::<f64>() / l.each.len() as f64 * 100.0;
-    let slowest = |l: &Links| {
-        let r: Vec<f64> = l.each.iter().map(|e| e.rate.per_sec).collect();
-        let mean = r.iter().sum::<f64>() / r.len() as f64;
-        r.iter().copied().fold(f64::INFINITY, f64::min) / mean
-    };
     for n in LINKS {
         // vs N = 1, shared port.
         let (mut vs_one, mut vs_sep) = (Vec::new(), Vec::new());
@@ -371,70 +365,93 @@ fn links_row(frames: u64) -> Result<(), Fail> {
             let (sep, shared) = pair(k, &|| run(n, Ports::Separate), &|| run(n, Ports::Shared))?;
             vs_sep.push((shared.rate.per_sec / sep.rate.per_sec, shared, sep));
         }
-        let figure = |what: &str| {
-            format!(
-                "{n} link{}, W16 4 KiB, {what}",
-                if n > 1 { "s" } else { "" }
-            )
-        };
-        if n > 1 {
-            let (ratio, mid) = median_run(&vs_one);
-            row(
-                &figure("one port vs N=1"),
-                &format!(
-                    "{:.0} f/s, {:.0}% CPU/link",
-                    mid.1.rate.per_sec,
-                    cpu(&mid.1)
-                ),
-                &format!(
-                    "N=1: {:.0} f/s, {:.0}% CPU",
-                    mid.2.rate.per_sec,
-                    cpu(&mid.2)
-                ),
-                ratio,
-                if n == 8 { ">=0.9" } else { "" },
-            )?;
-        }
-        let (ratio, mid) = median_run(&vs_sep);
-        row(
-            &figure("one port vs own ports"),
-            &format!(
-                "{:.0} f/s, {:.0}% CPU/link",
-                mid.1.rate.per_sec,
-                cpu(&mid.1)
-            ),
-            &format!("own ports: {:.0} f/s", mid.2.rate.per_sec),
-            ratio,
-            ">=0.95",
-        )?;
-        if n > 1 {
-            let shared: Vec<&Links> = vs_sep
-                .iter()
-                .map(|p| &p.1)
-                .chain(vs_one.iter().map(|p| &p.1))
-                .collect();
-            let sm = mmm(shared.iter().map(|l| slowest(l)).collect());
-            row(
-                &figure("slowest link / mean"),
-                &format!(
-                    "{:.0} f/s",
-                    mmm(shared
-                        .iter()
-                        .flat_map(|l| l.each.iter().map(|e| e.rate.per_sec))
-                        .collect())
-                    .0
-                ),
-                "the mean link",
-                sm,
-                ">=0.5",
-            )?;
-        }
+        links_rows(n, &vs_one, &vs_sep)?;
     }
     note(&format!(
         "{PAIRS} pairs each, the order alternating; frames/s the aggregate of all links until the \
          last frame; CPU the servers' receive threads' share of a core, per link; emulators \
          from 127.0.0.2.. on CPU 0, servers' threads on CPU 1; {frames} frames per run in all"
     ))?;
+    Ok(())
+}
+
+/// A `--links` figure's receive-thread CPU, per link (% of a core).
+fn links_cpu(l: &Links) -> f64 {
+    l.each.iter().map(|e| e.cpu).sum::<f64>() / l.each.len() as f64 * 100.0
+}
+
+/// A `--links` run's slowest link over the mean link.
+fn slowest_link(l: &Links) -> f64 {
+    let r: Vec<f64> = l.each.iter().map(|e| e.rate.per_sec).collect();
+    let mean = r.iter().sum::<f64>() / r.len() as f64;
+    r.iter().copied().fold(f64::INFINITY, f64::min) / mean
+}
+
+/// The rows of `n` links: one shared port vs one link (n > 1), vs a port
+/// per link, and the slowest link over the mean (n > 1).
+fn links_rows(
+    n: usize,
+    vs_one: &[(f64, Links, Links)],
+    vs_sep: &[(f64, Links, Links)],
+) -> Result<(), Fail> {
+    let figure = |what: &str| {
+        format!(
+            "{n} link{}, W16 4 KiB, {what}",
+            if n > 1 { "s" } else { "" }
+        )
+    };
+    if n > 1 {
+        let (ratio, mid) = median_run(vs_one);
+        row(
+            &figure("one port vs N=1"),
+            &format!(
+                "{:.0} f/s, {:.0}% CPU/link",
+                mid.1.rate.per_sec,
+                links_cpu(&mid.1)
+            ),
+            &format!(
+                "N=1: {:.0} f/s, {:.0}% CPU",
+                mid.2.rate.per_sec,
+                links_cpu(&mid.2)
+            ),
+            ratio,
+            if n == 8 { ">=0.9" } else { "" },
+        )?;
+    }
+    let (ratio, mid) = median_run(vs_sep);
+    row(
+        &figure("one port vs own ports"),
+        &format!(
+            "{:.0} f/s, {:.0}% CPU/link",
+            mid.1.rate.per_sec,
+            links_cpu(&mid.1)
+        ),
+        &format!("own ports: {:.0} f/s", mid.2.rate.per_sec),
+        ratio,
+        ">=0.95",
+    )?;
+    if n > 1 {
+        let shared: Vec<&Links> = vs_sep
+            .iter()
+            .map(|p| &p.1)
+            .chain(vs_one.iter().map(|p| &p.1))
+            .collect();
+        let sm = mmm(shared.iter().map(|l| slowest_link(l)).collect());
+        row(
+            &figure("slowest link / mean"),
+            &format!(
+                "{:.0} f/s",
+                mmm(shared
+                    .iter()
+                    .flat_map(|l| l.each.iter().map(|e| e.rate.per_sec))
+                    .collect())
+                .0
+            ),
+            "the mean link",
+            sm,
+            ">=0.5",
+        )?;
+    }
     Ok(())
 }
 

@@ -219,29 +219,18 @@ fn what(a: &DemoArgs, each: &str) -> String {
     )
 }
 
-/// `--links N`: N rigs, the servers on one address and port, streamed at
-/// once; a line per link and a total.
-fn run_links(a: &DemoArgs) -> Outcome {
-    let first = build_on(a, a.port, Some(Ipv4Addr::new(127, 0, 0, 2)))?;
-    let port = first.server.host_params().udp_port;
-    let mut rigs = vec![first];
-    for i in 1..a.links {
-        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 0, 0, 2)) + i);
-        rigs.push(build_on(a, port, Some(ip))?);
-    }
-    outln!(
-        "rocev2 demo: {} soft servers on {}:{port} <- {} FPGA emulators (127.0.0.2..); {}",
-        a.links,
-        Ipv4Addr::LOCALHOST,
-        a.links,
-        what(a, " each")
-    )?;
-    let t0 = Instant::now();
+/// Streams `a.frames` frames on every rig at once, a thread each; each
+/// link's outcome (frames sent) and when it ended, since `t0`.
+fn stream_links(
+    a: &DemoArgs,
+    rigs: &mut [Rig],
+    t0: Instant,
+) -> Vec<(rocev2::Result<u64>, Duration)> {
     let stop_asked = || signals::caught().is_some();
     // Each link streams in parts (ACKed before the next), so a stop signal
     // ends every stream soon.
     let part = (16u64 << 20).div_ceil(a.shape.size as u64);
-    let results: Vec<(rocev2::Result<u64>, Duration)> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let handles: Vec<_> = rigs
             .iter_mut()
             .map(|r| {
@@ -267,14 +256,41 @@ fn run_links(a: &DemoArgs) -> Outcome {
             .into_iter()
             .map(|h| h.join().expect("a link's stream"))
             .collect()
-    });
+    })
+}
+
+/// Waits (10 s at most) until each rig's server delivered what its
+/// emulator sent.
+fn await_delivery(rigs: &[Rig], results: &[(rocev2::Result<u64>, Duration)]) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    for (r, (res, _)) in rigs.iter().zip(&results) {
+    for (r, (res, _)) in rigs.iter().zip(results) {
         let sent = *res.as_ref().unwrap_or(&0);
         while r.v.next.load(Ordering::Relaxed) < sent && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// `--links N`: N rigs, the servers on one address and port, streamed at
+/// once; a line per link and a total.
+fn run_links(a: &DemoArgs) -> Outcome {
+    let first = build_on(a, a.port, Some(Ipv4Addr::new(127, 0, 0, 2)))?;
+    let port = first.server.host_params().udp_port;
+    let mut rigs = vec![first];
+    for i in 1..a.links {
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 0, 0, 2)) + i);
+        rigs.push(build_on(a, port, Some(ip))?);
+    }
+    outln!(
+        "rocev2 demo: {} soft servers on {}:{port} <- {} FPGA emulators (127.0.0.2..); {}",
+        a.links,
+        Ipv4Addr::LOCALHOST,
+        a.links,
+        what(a, " each")
+    )?;
+    let t0 = Instant::now();
+    let results = stream_links(a, &mut rigs, t0);
+    await_delivery(&rigs, &results);
     let elapsed = t0.elapsed();
     let mut first_error = None;
     let (mut total, mut bytes, mut rates) = (0u64, 0u64, Vec::new());

@@ -15,6 +15,7 @@ mod record;
 mod recv;
 mod signals;
 mod sim;
+mod tally;
 
 use std::io::Write;
 use std::process::ExitCode;

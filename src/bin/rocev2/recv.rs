@@ -9,7 +9,6 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use rocev2::emulator::pattern;
 use rocev2::{
     BackendStats, ConnectParams, Device, DeviceConfig, Frame, Gid, Server, ServerConfig,
     SoftConfig, Stats, VerbsConfig,
@@ -20,6 +19,7 @@ use crate::args::{self, num, FpgaArg, IcrcArg, QpnArg, MAX_24BIT, MAX_DEPTH, MAX
 use crate::out::{self, lib_err, print_json, round3, SERVER_FLAGS};
 use crate::record::RogueWriter;
 use crate::signals;
+use crate::tally::{Tally, Ticker};
 use crate::{Exit, Fail, Outcome};
 
 /// A server (soft or verbs): prints host params as JSON, counts / verifies / records frames
@@ -156,20 +156,7 @@ pub fn run(a: RecvArgs) -> Outcome {
             "--fpga-ip and --fpga-qpn, or --fpga IP:QPN, name the FPGA",
         ));
     };
-    let mut rec = match &a.out {
-        Some(p) => Some(RogueWriter::create(p).map_err(|e| {
-            Fail::runtime(format!(
-                "--out {}: cannot create the file: {e}",
-                p.display()
-            ))
-        })?),
-        None => None,
-    };
-    if rec.as_ref().is_some_and(|w| !w.is_regular_file()) {
-        // A pipe or FIFO: its reader may exit before the stream ends; then
-        // the write fails (EPIPE) and recv stops cleanly, not by SIGPIPE.
-        signals::ignore_sigpipe();
-    }
+    let mut rec = open_out(a.out.as_deref())?;
     let e = lib_err(SERVER_FLAGS);
     let (_dev, server) = open_server(&a)?;
     // Before the params go out: the FPGA programmed with them may send at
@@ -223,6 +210,23 @@ pub fn run(a: RecvArgs) -> Outcome {
         );
     }
     Ok(exit_code(&t, refused, a.frames))
+}
+
+/// The `--out` file's writer, if asked for.
+fn open_out(out: Option<&std::path::Path>) -> Result<Option<RogueWriter>, Fail> {
+    let Some(p) = out else { return Ok(None) };
+    let w = RogueWriter::create(p).map_err(|e| {
+        Fail::runtime(format!(
+            "--out {}: cannot create the file: {e}",
+            p.display()
+        ))
+    })?;
+    if !w.is_regular_file() {
+        // A pipe or FIFO: its reader may exit before the stream ends; then
+        // the write fails (EPIPE) and recv stops cleanly, not by SIGPIPE.
+        signals::ignore_sigpipe();
+    }
+    Ok(Some(w))
 }
 
 /// `--fpga IP:QPN` repeated: a server per FPGA on --bind/--port, each
@@ -373,118 +377,6 @@ fn qpn_from_stdin() -> Result<Option<u32>, Fail> {
         .map_err(|why| Fail::usage(format!("--fpga-qpn - (read from stdin): {why}")))
 }
 
-/// What the receive loop saw.
-#[derive(Default)]
-struct Tally {
-    frames: u64,
-    bytes: u64,
-    /// Frames that failed --verify.
-    bad: u64,
-    first_error: Option<String>,
-    /// Why --out failed, if it did (receiving stopped there).
-    out_error: Option<String>,
-    /// Arrival of the first and the last frame, and the first frame's size
-    /// (the rate covers the frames after the first, over that span).
-    first: Option<Instant>,
-    last: Option<Instant>,
-    first_len: u64,
-}
-
-impl Tally {
-    fn add(&mut self, f: &Frame, verify: bool) {
-        let now = Instant::now();
-        if self.first.is_none() {
-            self.first = Some(now);
-            self.first_len = f.len() as u64;
-        }
-        self.last = Some(now);
-        if verify {
-            if let Err(e) = pattern::check(f.data()).and_then(|seq| match seq == self.frames {
-                true => Ok(()),
-                false => Err(format!("frame {seq} arrived where {} was due", self.frames)),
-            }) {
-                self.bad += 1;
-                self.first_error.get_or_insert(e);
-            }
-        }
-        self.frames += 1;
-        self.bytes += f.len() as u64;
-    }
-    /// Seconds from the first to the last frame.
-    fn span(&self) -> f64 {
-        match (self.first, self.last) {
-            (Some(a), Some(b)) => (b - a).as_secs_f64(),
-            _ => 0.0,
-        }
-    }
-    /// Gbit/s and frames/s between the first and the last frame.
-    fn rate(&self) -> (f64, f64) {
-        let secs = self.span();
-        if self.frames < 2 || secs <= 0.0 {
-            return (0.0, 0.0);
-        }
-        let bits = (self.bytes - self.first_len) as f64 * 8.0;
-        (bits / secs / 1e9, (self.frames - 1) as f64 / secs)
-    }
-}
-
-/// Periodic `--stats-interval` lines: totals and the rate since the last line.
-struct Ticker {
-    every: Duration,
-    t0: Instant,
-    next: Instant,
-    last: (Instant, u64, u64),
-}
-
-impl Ticker {
-    fn new(secs: f64) -> Ticker {
-        let every = Duration::from_secs_f64(secs);
-        let now = Instant::now();
-        Ticker {
-            every,
-            t0: now,
-            next: now + every,
-            last: (now, 0, 0),
-        }
-    }
-    fn line(&mut self, t: &Tally, s: &Stats) -> String {
-        let now = Instant::now();
-        let dt = (now - self.last.0).as_secs_f64().max(1e-9);
-        let gbit = (t.bytes - self.last.2) as f64 * 8.0 / dt / 1e9;
-        let fps = (t.frames - self.last.1) as f64 / dt;
-        self.last = (now, t.frames, t.bytes);
-        while self.next <= now {
-            self.next += self.every;
-        }
-        let mut line = format!(
-            "rocev2 recv: {:.1} s  {} frames  {gbit:.3} Gbit/s  {fps:.0} frames/s  \
-             seq NAKs {}  RNR NAKs {}  socket drops {}  duplicates {}  peer restarts {}  \
-             {}{}link {}, last packet {}",
-            (now - self.t0).as_secs_f64(),
-            t.frames,
-            s.soft().seq_naks_tx,
-            s.soft().rnr_naks_tx,
-            s.soft().socket_drops,
-            s.soft().duplicates,
-            s.peer_restarts(),
-            peer_verdicts(s),
-            link_verdicts(s),
-            s.link,
-            s.since_last_packet.map_or("never".to_string(), |d| format!(
-                "{:.1} s ago",
-                d.as_secs_f64()
-            ))
-        );
-        if s.ack_turnaround.count + s.delivery_latency.count > 0 {
-            line += &format!(
-                "  ACK turnaround {}  delivery {}",
-                s.ack_turnaround, s.delivery_latency
-            );
-        }
-        line
-    }
-}
-
 /// After the last frame, keeps answering until the link has been quiet for
 /// a moment: the FPGA may still wait for the ACK of its last messages (one
 /// the network lost is sent again when it resends them); a host gone at
@@ -573,11 +465,7 @@ fn receive(
             active = Instant::now();
         }
         if let Some(tk) = ticker.as_mut().filter(|tk| Instant::now() >= tk.next) {
-            let line = tk.line(&t, &server.stats());
-            let line = match link {
-                Some(i) => line.replacen("rocev2 recv:", &format!("rocev2 recv link {i}:"), 1),
-                None => line,
-            };
+            let line = tk.line(&t, &server.stats(), link);
             bar.suspend(|| errln!("{line}"));
         }
     }
@@ -589,39 +477,6 @@ fn receive(
         );
     }
     Ok(t)
-}
-
-/// The verdicts that hold now and the counter check's findings, for a
-/// --stats-interval line ("" when there are none).
-fn link_verdicts(s: &Stats) -> String {
-    let mut v = String::new();
-    if s.duplicating_peer != 0 {
-        v += "DUPLICATING PEER  ";
-    }
-    if s.rnr_storm != 0 {
-        v += "RNR STORM  ";
-    }
-    if s.counter_gaps + s.counter_resets > 0 {
-        v += &format!(
-            "counter gaps {} ({} frames) resets {}  ",
-            s.counter_gaps, s.counter_gap_frames, s.counter_resets
-        );
-    }
-    v
-}
-
-/// The verbs backend's verdicts for a --stats-interval line ("" on soft).
-fn peer_verdicts(s: &Stats) -> String {
-    match s.backend {
-        BackendStats::Verbs(v) if v.watched == 0 => "peer not watched  ".to_string(),
-        BackendStats::Verbs(v) => format!(
-            "lost to restarts ~{}  stale peer {}{}  ",
-            v.lost_frames_estimate,
-            if v.stale != 0 { "NOW, " } else { "" },
-            v.stale_peers
-        ),
-        BackendStats::Soft(_) => String::new(),
-    }
 }
 
 /// The summary line; `link` (with several --fpga): which link, first.
