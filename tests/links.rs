@@ -21,6 +21,18 @@ use rocev2::{ConnectParams, Device, Frame, IcrcCheck, Server, ServerConfig, Soft
 mod common;
 use common::number;
 
+/// The tests here share UDP port 4791 (one SO_REUSEPORT group), and a
+/// socket joining a group makes the kernel spread packets over every member
+/// until a member connects again (microseconds; a loaded machine can stretch
+/// it): a test creating servers would then hand another test's stream a
+/// packet or two at the wrong server (counted foreign there, resent by its
+/// FPGA). The tests check that no such packet ever arrives, so they run one
+/// at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// RoCEv2's port: the one every FPGA sends to.
 const PORT: u16 = 4791;
 const SIZE: usize = 4096;
@@ -194,16 +206,19 @@ fn links_on_one_port(n: usize, port: u16, first_ip: u8, frames: u64) {
 
 #[test]
 fn two_servers_share_port_4791() {
+    let _serial = serial();
     links_on_one_port(2, PORT, 2, 3000);
 }
 
 #[test]
 fn eight_servers_share_port_4791() {
+    let _serial = serial();
     links_on_one_port(8, PORT, 10, 1000);
 }
 
 #[test]
 fn servers_on_ports_of_their_own_still_work() {
+    let _serial = serial();
     links_on_one_port(2, 0, 20, 2000);
 }
 
@@ -212,6 +227,7 @@ fn servers_on_ports_of_their_own_still_work() {
 /// restart) and no other link sees anything of it.
 #[test]
 fn one_fpga_restarting_disturbs_no_other_link() {
+    let _serial = serial();
     const N: usize = 4;
     const CHUNK: u64 = 500;
     let links: Vec<Link> = (0..N).map(|i| open_link(i, PORT, 30 + i as u8)).collect();
@@ -252,6 +268,7 @@ fn one_fpga_restarting_disturbs_no_other_link() {
 /// of the forgeries, here or in the tests running beside it on the port.
 #[test]
 fn a_hostile_sender_on_the_port_loses_no_frame() {
+    let _serial = serial();
     const N: usize = 3;
     let links: Vec<Link> = (0..N).map(|i| open_link(i, PORT, 40 + i as u8)).collect();
     let targets: Vec<(u32, u32)> = links
@@ -306,6 +323,7 @@ fn a_hostile_sender_on_the_port_loses_no_frame() {
 /// two servers here, each with its own emulator.
 #[test]
 fn servers_in_two_processes_share_the_port() {
+    let _serial = serial();
     const FRAMES: u64 = 2000;
     let child_fpga = Ipv4Addr::new(127, 0, 0, 50);
     let mut recv = Command::new(env!("CARGO_BIN_EXE_rocev2"))
@@ -377,6 +395,7 @@ fn servers_in_two_processes_share_the_port() {
 /// do; another address is taken.
 #[test]
 fn two_servers_of_one_fpga_address_are_refused() {
+    let _serial = serial();
     let _a = open_link(0, PORT, 60);
     let dev = Device::open(
         &SoftConfig {
@@ -405,6 +424,7 @@ fn two_servers_of_one_fpga_address_are_refused() {
 /// a host params line per FPGA, then a summary line per FPGA, each its own.
 #[test]
 fn recv_serves_several_fpgas_each_with_its_summary() {
+    let _serial = serial();
     const FRAMES: u64 = 1000;
     let fpgas = [
         (Ipv4Addr::new(127, 0, 0, 70), 0x70u32),

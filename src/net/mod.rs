@@ -430,15 +430,17 @@ impl UdpIo {
         let local = self.local_addr()?;
         let tx = holder::shared_socket(local)
             .map_err(|e| Error::io(&format!("binding the reply socket on {local}"), e))?;
-        let fd = sending(&tx, "the reply socket")?;
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20, "SO_SNDBUF");
-        capture::attach_filter(fd, &capture::NOTHING, "the reply socket's filter")?;
-        // Connected once and disconnected: the group is marked as having
-        // connected members again (see above), and the socket sends with
-        // IP ID 0 (unconnected).
+        // At once: connected once and disconnected, the group is marked as
+        // having connected members again (see above; until then the kernel
+        // spreads packets over every member), and the socket sends with IP
+        // ID 0 (unconnected).
         tx.connect(local)
             .map_err(|e| Error::io(&format!("connecting the reply socket {local}"), e))?;
+        let fd = tx.as_raw_fd();
+        capture::attach_filter(fd, &capture::NOTHING, "the reply socket's filter")?;
         disconnect(fd).map_err(|e| Error::io("disconnecting the reply socket", e))?;
+        sending(&tx, "the reply socket")?;
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20, "SO_SNDBUF");
         if self.raw.is_some() {
             self.narrow_capture(peer)?;
         }
