@@ -581,8 +581,13 @@ def test_a_server_closed_in_its_own_frame_callback_is_destroyed_by_the_next_clos
 
 
 BLOCKED_WAIT = """
+import signal
 import sys
 import rocev2
+# Ctrl-C as a terminal delivers it: a runner started in the background (a
+# shell's `&`, nohup, some CI agents) passes SIGINT on ignored, and Python
+# then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 cfg = rocev2.ServerCfg(ip="127.0.0.1", deviceName="soft", gidIndex=0, udpPort=0, peerUdpPort=0,
                        maxPayload=1024, rxQueueDepth=4, spinUs=0)
 s = rocev2.Server(cfg)
