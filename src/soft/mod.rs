@@ -364,7 +364,10 @@ impl SoftBackend {
         // The old claim (another address) goes first: it may overlap.
         self.peer = None;
         let entry = PeerEntry::claim(self.local, peer)?;
-        self.io.connect_peer(peer)?;
+        // Connected to the FPGA's address, any source port: peer_udp_port is
+        // where ACKs go, not where requests come from (a RoCE NIC such as
+        // rxe sends from a per-QP source port to 4791 and takes ACKs on 4791).
+        self.io.connect_peer(SocketAddrV4::new(ip, 0))?;
         self.peer = Some((peer, entry));
         Ok(())
     }
