@@ -329,21 +329,7 @@ fn servers_in_two_processes_share_the_port() {
     let mut recv = Command::new(env!("CARGO_BIN_EXE_rocev2"))
         .args(["recv", "--port", &PORT.to_string(), "--peer-port", "0"])
         .args(["--fpga-ip", &child_fpga.to_string(), "--fpga-qpn", "0x4242"])
-        .args([
-            "--frames",
-            &FRAMES.to_string(),
-            "--verify",
-            "--idle-timeout",
-            "60",
-        ])
-        .args([
-            "--depth",
-            "64",
-            "--max-payload",
-            &SIZE.to_string(),
-            "--spin-us",
-            "0",
-        ])
+        .args(recv_stream_args(FRAMES))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -437,21 +423,7 @@ fn recv_serves_several_fpgas_each_with_its_summary() {
                 .iter()
                 .flat_map(|(ip, q)| ["--fpga".to_string(), format!("{ip}:{q:#x}")]),
         )
-        .args([
-            "--frames",
-            &FRAMES.to_string(),
-            "--verify",
-            "--idle-timeout",
-            "60",
-        ])
-        .args([
-            "--depth",
-            "64",
-            "--max-payload",
-            &SIZE.to_string(),
-            "--spin-us",
-            "0",
-        ])
+        .args(recv_stream_args(FRAMES))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -500,4 +472,25 @@ fn recv_serves_several_fpgas_each_with_its_summary() {
         assert_eq!(number(l, "frames"), FRAMES, "{l}");
         assert_eq!(number(l, "verify_errors"), 0, "{l}");
     }
+}
+
+/// What both `recv` children of these tests receive: `frames` verified frames
+/// of SIZE bytes into 64 slots, giving up after 60 s idle, without spinning.
+fn recv_stream_args(frames: u64) -> Vec<String> {
+    let (frames, size) = (frames.to_string(), SIZE.to_string());
+    [
+        "--frames",
+        &frames,
+        "--verify",
+        "--idle-timeout",
+        "60",
+        "--depth",
+        "64",
+        "--max-payload",
+        &size,
+        "--spin-us",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec()
 }
