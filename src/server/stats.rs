@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::health::Totals;
 use super::Latency;
 
 /// Live counters (`$live`, atomics) and their snapshot (`$snap`, with any
@@ -301,6 +302,11 @@ counters! {
         port_rnr_naks,
         /// 1 when the port has an RNR NAK counter (`port_rnr_naks` is read).
         rnr_watched,
+        /// This server's frames delivered when the port's counters were last
+        /// read: `port_duplicates` and `port_rnr_naks` are as of this many
+        /// frames (the duplicating-peer verdict compares the two at one
+        /// reading, never a fresh frame count against a stale counter).
+        port_read_frames,
     }
 }
 
@@ -357,22 +363,38 @@ pub(crate) enum BackendCounters {
 }
 
 impl BackendCounters {
-    /// The duplicates and RNR NAKs the backend has counted so far (the
-    /// link health's verdicts read them; None: it cannot count them).
-    pub fn health_totals(&self) -> (Option<u64>, Option<u64>) {
+    /// The totals the link health's verdicts judge (`frames`: delivered
+    /// so far). Verbs reads the port's counters now and then: its totals are
+    /// those of the last reading, with the frames delivered at that reading,
+    /// so a window never sets fresh frames against a stale counter. None:
+    /// the backend cannot count it.
+    pub fn health_totals(&self, frames: u64) -> Totals {
         match self {
-            BackendCounters::None => (None, None),
-            BackendCounters::Soft(c) => (
-                Some(c.duplicates.load(Ordering::Acquire)),
-                Some(c.rnr_naks_tx.load(Ordering::Acquire)),
-            ),
+            BackendCounters::None => Totals {
+                frames,
+                duplicates: None,
+                rnr_naks: None,
+            },
+            BackendCounters::Soft(c) => Totals {
+                frames,
+                duplicates: Some(c.duplicates.load(Ordering::Acquire)),
+                rnr_naks: Some(c.rnr_naks_tx.load(Ordering::Acquire)),
+            },
             BackendCounters::Verbs(c) => {
                 if c.watched.load(Ordering::Acquire) == 0 {
-                    return (None, None);
+                    return Totals {
+                        frames,
+                        duplicates: None,
+                        rnr_naks: None,
+                    };
                 }
                 let rnr = (c.rnr_watched.load(Ordering::Acquire) != 0)
                     .then(|| c.port_rnr_naks.load(Ordering::Acquire));
-                (Some(c.port_duplicates.load(Ordering::Acquire)), rnr)
+                Totals {
+                    frames: c.port_read_frames.load(Ordering::Acquire),
+                    duplicates: Some(c.port_duplicates.load(Ordering::Acquire)),
+                    rnr_naks: rnr,
+                }
             }
         }
     }
@@ -384,5 +406,51 @@ impl BackendCounters {
             BackendCounters::Soft(c) => BackendStats::Soft(c.snapshot()),
             BackendCounters::Verbs(c) => BackendStats::Verbs(c.snapshot()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::health::Health;
+
+    /// Verbs reads the port's duplicate counter now and then; frames come
+    /// all the time. A window that set fresh frames against a stale counter
+    /// read a latched duplicating peer as healthy and cleared its verdict
+    /// (the rxe VM saw the verdict given twice on one sticky-half stream).
+    #[test]
+    fn a_stale_port_reading_never_clears_the_duplicating_verdict() {
+        let c = Arc::new(VerbsCounters::default());
+        c.watched.store(1, Ordering::Release);
+        let b = BackendCounters::Verbs(Arc::clone(&c));
+        let mut h = Health::default();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // A reading at 0 frames, then one at 200 frames with 200 duplicates.
+        assert!(h.sample(at(0), b.health_totals(0)).duplicating.is_none());
+        c.port_duplicates.store(200, Ordering::Release);
+        c.port_read_frames.store(200, Ordering::Release);
+        assert!(h
+            .sample(at(600), b.health_totals(210))
+            .duplicating
+            .is_some());
+        assert!(h.duplicating);
+        // 300 more frames, no reading since: nothing judged, the verdict holds.
+        assert_eq!(h.sample(at(1200), b.health_totals(510)).duplicating, None);
+        assert!(h.duplicating);
+        // The next reading says the FPGA still sends each message twice.
+        c.port_duplicates.store(500, Ordering::Release);
+        c.port_read_frames.store(500, Ordering::Release);
+        assert_eq!(h.sample(at(1800), b.health_totals(520)).duplicating, None);
+        assert!(h.duplicating);
+    }
+
+    /// Soft counts duplicates as they come: its totals are the frames now.
+    #[test]
+    fn soft_totals_are_the_counters_now() {
+        let c = Arc::new(SoftCounters::default());
+        c.duplicates.store(7, Ordering::Release);
+        let t = BackendCounters::Soft(c).health_totals(9);
+        assert_eq!((t.frames, t.duplicates), (9, Some(7)));
     }
 }

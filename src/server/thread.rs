@@ -5,7 +5,7 @@
 
 use super::*;
 use counter::{CounterCheck, Seen};
-use health::{Change, Health, Totals};
+use health::{Change, Health};
 use release::OwnThread;
 use spin::{Spin, Wait};
 use stats::bump;
@@ -261,12 +261,9 @@ impl ServerCore {
     /// Feeds the link's verdicts (`health.rs`) the totals at `now` (they
     /// judge a window at most every 500 ms); counts and logs what changed.
     fn judge_health(&self, now: Instant, health: &mut Health) {
-        let (duplicates, rnr_naks) = self.backend_counters.health_totals();
-        let totals = Totals {
-            frames: self.counters.frames.load(Ordering::Relaxed),
-            duplicates,
-            rnr_naks,
-        };
+        let totals = self
+            .backend_counters
+            .health_totals(self.counters.frames.load(Ordering::Relaxed));
         let judged = health.sample(now, totals);
         for change in [judged.duplicating, judged.storm].into_iter().flatten() {
             self.report_health(change);

@@ -557,12 +557,11 @@ impl Backend for VerbsBackend {
                 rx_ns: 0,
             });
         }
-        match self.wcs[..n]
-            .iter()
-            .rev()
-            .find(|wc| wc.status == ibv_wc_status::IBV_WC_SUCCESS)
-        {
-            Some(wc) => self.watch.delivered(wc.byte_len),
+        let ok = |wc: &&ibv_wc| wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+        match self.wcs[..n].iter().rev().find(ok) {
+            Some(wc) => self
+                .watch
+                .delivered(self.wcs[..n].iter().filter(ok).count() as u64, wc.byte_len),
             None if n == 0 => self.watch.empty_poll(self.posted == 0),
             None => {}
         }

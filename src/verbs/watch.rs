@@ -234,6 +234,8 @@ pub(crate) struct PeerWatch {
     next: Option<Instant>,
     wait: Duration,
     empty_polls: u32,
+    /// Frames delivered so far (stored beside each reading).
+    frames: u64,
     /// The baseline's duplicate and RNR NAK counts (`port_duplicates` and
     /// `port_rnr_naks` count from them).
     base: (u64, Option<u64>),
@@ -258,6 +260,7 @@ impl PeerWatch {
             next: None,
             wait: SAMPLE_EVERY,
             empty_polls: 0,
+            frames: 0,
             base: (0, None),
         }
     }
@@ -310,8 +313,9 @@ impl PeerWatch {
         self.next = Some(Instant::now() + SAMPLE_EVERY);
     }
 
-    /// Completions came, the last of `len` bytes.
-    pub fn delivered(&mut self, len: u32) {
+    /// `frames` completions came, the last of `len` bytes.
+    pub fn delivered(&mut self, frames: u64, len: u32) {
+        self.frames += frames;
         self.verdicts.delivered(len, self.mtu);
         self.wait = SAMPLE_EVERY;
     }
@@ -360,6 +364,7 @@ impl PeerWatch {
             c.port_rnr_naks
                 .store(rnr.saturating_sub(base), Ordering::Release);
         }
+        c.port_read_frames.store(self.frames, Ordering::Release);
         self.wait = if out.moved {
             SAMPLE_EVERY
         } else {
