@@ -123,6 +123,13 @@
 #define ROCEV2_FRAME_RX_TIME_POLL 4
 
 /**
+ * `rocev2_frame.flags`: `rx_time_ns` is the NIC's completion timestamp,
+ * converted to the host clock (CLOCK_REALTIME; verbs backend on a device
+ * that stamps completions, such as mlx5). Since 2.4.
+ */
+#define ROCEV2_FRAME_RX_TIME_NIC 8
+
+/**
  * rocev2_stats.link_state: created, the connection not complete yet.
  */
 #define ROCEV2_LINK_CREATED 0
@@ -409,7 +416,7 @@ typedef struct {
   /**
    * When the frame's last packet was received: CLOCK_REALTIME,
    * nanoseconds since the Unix epoch; `flags` says whose stamp
-   * (ROCEV2_FRAME_RX_TIME_KERNEL or _POLL). Written when struct_size
+   * (ROCEV2_FRAME_RX_TIME_KERNEL, _NIC or _POLL). Written when struct_size
    * covers it (poll: the caller's struct_size; callback: always). Since 2.4.
    */
   uint64_t rx_time_ns;

@@ -128,8 +128,11 @@ class Frame {
     /// the epoch (since 2.4).
     uint64_t rx_time_ns() const noexcept { return f_.rx_time_ns; }
     /// True when rx_time_ns() is the kernel's receive stamp (soft), false
-    /// when it is the host clock at poll (verbs).
+    /// when it is the NIC's or the host clock at poll (verbs).
     bool rx_time_from_kernel() const noexcept { return (f_.flags & ROCEV2_FRAME_RX_TIME_KERNEL) != 0; }
+    /// True when rx_time_ns() is the NIC's completion timestamp on the host
+    /// clock (verbs on a device that stamps completions, such as mlx5).
+    bool rx_time_from_nic() const noexcept { return (f_.flags & ROCEV2_FRAME_RX_TIME_NIC) != 0; }
     /// Gives up ownership: the caller must pass the token to rocev2_server_release.
     uint64_t detach() noexcept {
         srv_ = nullptr;

@@ -38,6 +38,7 @@ class _HostParams(ctypes.Structure):
 
 FRAME_HAS_IMMEDIATE = 1  # rocev2_frame.flags (ROCEV2_FRAME_HAS_IMMEDIATE)
 FRAME_RX_TIME_KERNEL = 2  # ROCEV2_FRAME_RX_TIME_KERNEL: rx_time_ns is the kernel's stamp (since 2.4)
+FRAME_RX_TIME_NIC = 8  # ROCEV2_FRAME_RX_TIME_NIC: rx_time_ns is the NIC's completion stamp (since 2.4)
 
 
 class _Frame(ctypes.Structure):

@@ -7,7 +7,8 @@ import typing
 import weakref
 
 from . import _loader
-from ._cdecl import _FRAME_RECORD, FRAME_HAS_IMMEDIATE, FRAME_RX_TIME_KERNEL, _Batch, _Frame
+from ._cdecl import (_FRAME_RECORD, FRAME_HAS_IMMEDIATE, FRAME_RX_TIME_KERNEL, FRAME_RX_TIME_NIC,
+                     _Batch, _Frame)
 from ._loader import _check, _last_error, _lib
 from ._errors import Rocev2Error, Status
 
@@ -48,8 +49,10 @@ class Frame:
     ``rx_time_ns`` is when the frame's last packet was received (host
     CLOCK_REALTIME, nanoseconds since the epoch, comparable with
     ``time.time_ns()``); ``rx_time_source`` says whose stamp: "kernel" (the
-    kernel's receive stamp, soft backend) or "poll" (the host clock when the
-    completion was polled, verbs)."""
+    kernel's receive stamp, soft backend), "nic" (the NIC's completion
+    timestamp on the host clock: verbs on a device that stamps completions,
+    such as mlx5) or "poll" (the host clock when the completion was polled:
+    verbs otherwise)."""
     __slots__ = ("_server", "_handle", "_slab", "_loan", "data", "channel", "immediate",
                  "has_immediate", "slot", "address",
                  "rx_time_ns", "rx_time_source")
@@ -157,8 +160,10 @@ class Frame:
 
 
 def _rx_source(flags: int) -> str:
-    """rocev2_frame.flags' receive-time source: "kernel" or "poll"."""
-    return "kernel" if flags & FRAME_RX_TIME_KERNEL else "poll"
+    """rocev2_frame.flags' receive-time source: "kernel", "nic" or "poll"."""
+    if flags & FRAME_RX_TIME_KERNEL:
+        return "kernel"
+    return "nic" if flags & FRAME_RX_TIME_NIC else "poll"
 
 
 if typing.TYPE_CHECKING:
@@ -211,7 +216,7 @@ def arm_batch(server: Server, b: _Batch, slab: _SlabView, n: int, frames: typing
         f.has_immediate = flags & FRAME_HAS_IMMEDIATE != 0
         f.slot = slot
         f.rx_time_ns = rx_time_ns
-        f.rx_time_source = "kernel" if flags & FRAME_RX_TIME_KERNEL else "poll"
+        f.rx_time_source = _rx_source(flags)
         loan = loan_of(f.data, give)
         loan._as_parameter_ = token
         f._loan = loan

@@ -19,6 +19,10 @@ pub const ROCEV2_FRAME_RX_TIME_KERNEL: u32 = 2;
 /// when the receive thread polled the completion (verbs backend: the NIC
 /// delivers without the kernel). Since 2.4.
 pub const ROCEV2_FRAME_RX_TIME_POLL: u32 = 4;
+/// `rocev2_frame.flags`: `rx_time_ns` is the NIC's completion timestamp,
+/// converted to the host clock (CLOCK_REALTIME; verbs backend on a device
+/// that stamps completions, such as mlx5). Since 2.4.
+pub const ROCEV2_FRAME_RX_TIME_NIC: u32 = 8;
 
 /// A received frame on loan. `data` points into the receive slab (zero copy)
 /// and stays valid until `token` is released with rocev2_server_release. A
@@ -46,7 +50,7 @@ pub struct rocev2_frame {
     pub token: u64,
     /// When the frame's last packet was received: CLOCK_REALTIME,
     /// nanoseconds since the Unix epoch; `flags` says whose stamp
-    /// (ROCEV2_FRAME_RX_TIME_KERNEL or _POLL). Written when struct_size
+    /// (ROCEV2_FRAME_RX_TIME_KERNEL, _NIC or _POLL). Written when struct_size
     /// covers it (poll: the caller's struct_size; callback: always). Since 2.4.
     pub rx_time_ns: u64,
 }
@@ -74,6 +78,7 @@ pub(crate) fn to_frame(f: Frame) -> rocev2_frame {
     } | match f.rx_time_source() {
         RxTimeSource::Kernel => ROCEV2_FRAME_RX_TIME_KERNEL,
         RxTimeSource::Poll => ROCEV2_FRAME_RX_TIME_POLL,
+        RxTimeSource::Nic => ROCEV2_FRAME_RX_TIME_NIC,
     };
     let token = f.into_token();
     rocev2_frame {

@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use super::latency::Histogram;
-use super::BackendCounters;
+use super::{BackendCounters, RxTimeSource};
 use crate::config::ConnectParams;
 use crate::error::Result;
 use crate::gid::Gid;
@@ -114,6 +114,11 @@ pub(crate) trait Backend: Send {
     /// poll: the verbs backend, whose NIC delivers without the kernel).
     fn stamp_receives(&mut self) -> Result<bool> {
         Ok(false)
+    }
+    /// Whose stamps `Completion::rx_ns` carries when `stamp_receives` said
+    /// true: the kernel's receive stamps (soft) by default.
+    fn stamp_source(&self) -> RxTimeSource {
+        RxTimeSource::Kernel
     }
     /// Packets seen so far, for the link's "time since the last packet"
     /// (a backend that sees only completions keeps 0: the core stamps those).

@@ -43,6 +43,11 @@ pub enum RxTimeSource {
     /// the NIC delivers without the kernel; later than the packet by the
     /// completion's wait in the CQ).
     Poll,
+    /// The NIC's completion timestamp of the frame, on the host clock
+    /// (verbs on a device that stamps completions, mlx5: the extended CQ's
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, converted from the NIC's
+    /// clock through an anchor taken every second).
+    Nic,
 }
 
 /// A received frame on loan: `data()` points into the slab (zero copy). The

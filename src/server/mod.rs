@@ -115,9 +115,10 @@ pub struct ServerCore {
     activity: Activity,
     /// The soft backend's ACK turnaround (its receive thread records).
     turnaround: Arc<Histogram>,
-    /// The backend stamps completions with the kernel's receive time (else
-    /// the core stamps the host clock at poll).
-    kernel_stamps: bool,
+    /// Whose receive times the backend stamps completions with (the
+    /// kernel's, soft; the NIC's, verbs on a device that stamps); None: the
+    /// core stamps the host clock at poll.
+    stamp_source: Option<RxTimeSource>,
     /// Kernel receive stamp to the callback's entry or the poll's return.
     delivery: Histogram,
     #[cfg(test)]
@@ -144,14 +145,14 @@ impl ServerCore {
         let slab = Arc::new(Slab::new(cfg.max_payload, cfg.rx_queue_depth)?);
         let mut backend = make_backend(&slab)?;
         let turnaround = Arc::new(Histogram::default());
-        let kernel_stamps = match backend.stamp_receives() {
-            Ok(k) => k,
+        let stamp_source = match backend.stamp_receives() {
+            Ok(k) => k.then(|| backend.stamp_source()),
             Err(e) => {
                 log::warn!(
                     "{e}; frames carry the host clock at poll as their receive time instead of \
                      the kernel's receive stamp"
                 );
-                false
+                None
             }
         };
         if cfg.measure_latency {
@@ -210,7 +211,7 @@ impl ServerCore {
             exited_cv: Condvar::new(),
             activity: Activity::new(),
             turnaround,
-            kernel_stamps,
+            stamp_source,
             delivery: Histogram::default(),
             #[cfg(test)]
             test_hooks: Default::default(),

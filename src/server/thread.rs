@@ -408,8 +408,8 @@ impl ServerCore {
             if let (Some(check), Some(imm)) = (counter.as_mut(), imm) {
                 self.check_counter(check, imm >> 8, beyond_logged);
             }
-            let rx = if self.kernel_stamps && c.rx_ns != 0 {
-                (c.rx_ns, RxTimeSource::Kernel)
+            let rx = if let (Some(src), true) = (self.stamp_source, c.rx_ns != 0) {
+                (c.rx_ns, src)
             } else {
                 if poll_ns == 0 {
                     poll_ns = latency::now_ns();

@@ -20,9 +20,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use once_cell::sync::OnceCell;
 use rdma_sys::{
-    ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_mr, ibv_pd,
-    ibv_port_attr, ibv_port_state, ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_recv_wr, ibv_send_wr,
-    ibv_wc, ibv_wc_status,
+    ibv_comp_channel, ibv_context, ibv_cq, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_device,
+    ibv_device_attr, ibv_device_attr_ex, ibv_gid, ibv_mr, ibv_pd, ibv_port_attr, ibv_port_state,
+    ibv_qp, ibv_qp_attr, ibv_qp_init_attr, ibv_recv_wr, ibv_send_wr, ibv_values_ex, ibv_wc,
+    ibv_wc_status, verbs_context,
 };
 
 use crate::error::{Error, ErrorKind, Result};
@@ -247,6 +248,103 @@ pub(crate) unsafe fn post_send(
     match unsafe { (*(*qp).context).ops.post_send } {
         // SAFETY: the provider's own op for this QP; wr and bad valid (caller).
         Some(f) => unsafe { f(qp, wr, bad) },
+        None => NO_OP,
+    }
+}
+
+/// verbs.h's `verbs_get_ctx_op`: the extended context of `ctx` when its
+/// provider implements the op at `op_offset` (an `offset_of!` into
+/// [`verbs_context`]), else None. The extended context sits in front of the
+/// `ibv_context` it embeds (its last field); `sz` is the size the provider
+/// built it with: newer ops are added at the front, so an op lies inside a
+/// provider's context when `sz` reaches back to it.
+///
+/// # Safety
+/// `ctx` must be a live device context.
+unsafe fn ctx_op(ctx: *mut ibv_context, op_offset: usize) -> Option<*mut verbs_context> {
+    // verbs.h's __VERBS_ABI_IS_EXTENDED.
+    const EXTENDED: usize = usize::MAX;
+    // SAFETY: ctx is live (caller).
+    if unsafe { (*ctx).abi_compat } as usize != EXTENDED {
+        return None;
+    }
+    let vctx = (ctx as usize - std::mem::offset_of!(verbs_context, context)) as *mut verbs_context;
+    // SAFETY: abi_compat says ctx is the `context` field of a verbs_context
+    // (verbs.h's container_of); `sz` is its first-known field read as the
+    // C code reads it.
+    let sz = unsafe { (*vctx).sz };
+    (sz >= std::mem::size_of::<verbs_context>() - op_offset).then_some(vctx)
+}
+
+/// `ibv_query_device_ex` (no input): 0, or an errno. A provider without
+/// the op, or one that answers EOPNOTSUPP/ENOSYS, leaves the extended part
+/// zeroed and fills `orig_attr` through `ibv_query_device`, as verbs.h does.
+///
+/// # Safety
+/// `ctx` must be a live device context.
+pub(crate) unsafe fn query_device_ex(
+    api: &Verbs,
+    ctx: *mut ibv_context,
+    attr: &mut ibv_device_attr_ex,
+) -> c_int {
+    // SAFETY: ctx is live (caller).
+    let op = unsafe { ctx_op(ctx, std::mem::offset_of!(verbs_context, query_device_ex)) }
+        // SAFETY: ctx_op returned a live extended context.
+        .and_then(|v| unsafe { (*v).query_device_ex });
+    if let Some(f) = op {
+        let size = std::mem::size_of::<ibv_device_attr_ex>();
+        // SAFETY: the provider's op for this context; attr is writable for
+        // `size` bytes, the size passed.
+        let rc = unsafe { f(ctx, std::ptr::null(), attr, size) };
+        if rc != libc::EOPNOTSUPP && rc != libc::ENOSYS {
+            return rc;
+        }
+    }
+    // SAFETY: ibv_device_attr_ex is plain data; zeroed is valid.
+    *attr = unsafe { std::mem::zeroed() };
+    // SAFETY: ctx is live; orig_attr is writable.
+    unsafe { (api.ibv_query_device)(ctx, &mut attr.orig_attr) }
+}
+
+/// `ibv_create_cq_ex`: the CQ, or NULL with errno set (EOPNOTSUPP when the
+/// provider has no extended CQs).
+///
+/// # Safety
+/// `ctx` must be a live device context; `attr`'s channel (if any) live.
+pub(crate) unsafe fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: &mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    // SAFETY: ctx is live (caller).
+    let op = unsafe { ctx_op(ctx, std::mem::offset_of!(verbs_context, create_cq_ex)) }
+        // SAFETY: ctx_op returned a live extended context.
+        .and_then(|v| unsafe { (*v).create_cq_ex });
+    match op {
+        // SAFETY: the provider's op for this context; attr valid (caller).
+        Some(f) => unsafe { f(ctx, attr) },
+        None => {
+            // SAFETY: errno is this thread's.
+            unsafe { *libc::__errno_location() = NO_OP };
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `ibv_query_rt_values_ex`: 0, or an errno.
+///
+/// # Safety
+/// `ctx` must be a live device context.
+pub(crate) unsafe fn query_rt_values_ex(
+    ctx: *mut ibv_context,
+    values: &mut ibv_values_ex,
+) -> c_int {
+    // SAFETY: ctx is live (caller).
+    let op = unsafe { ctx_op(ctx, std::mem::offset_of!(verbs_context, query_rt_values)) }
+        // SAFETY: ctx_op returned a live extended context.
+        .and_then(|v| unsafe { (*v).query_rt_values });
+    match op {
+        // SAFETY: the provider's op for this context; values writable.
+        Some(f) => unsafe { f(ctx, values) },
         None => NO_OP,
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
+use super::cq_ex::{CqChoice, ExCq};
 use super::{dl, errno_text, VerbsDevice};
 use crate::error::{Error, Result};
 use crate::wire::MASK_24;
@@ -148,9 +149,11 @@ impl Drop for CompChannel {
     }
 }
 
-/// A completion queue.
+/// A completion queue: plain, or extended for the NIC's completion
+/// timestamps (`cq_ex.rs`; then `raw` is its plain view).
 pub(crate) struct Cq {
     raw: NonNull<ibv_cq>,
+    ex: Option<ExCq>,
     dev: Arc<VerbsDevice>,
 }
 
@@ -175,8 +178,48 @@ impl Cq {
         })?;
         Ok(Cq {
             raw,
+            ex: None,
             dev: Arc::clone(dev),
         })
+    }
+
+    /// The receive CQ of `depth` entries reporting to `channel`: extended
+    /// with the NIC's completion timestamps where the device gives them
+    /// (or where `choice` asks), else plain.
+    pub(crate) fn create_receive(
+        dev: &Arc<VerbsDevice>,
+        depth: u32,
+        channel: &CompChannel,
+        choice: CqChoice,
+    ) -> Result<Cq> {
+        match ExCq::create(dev, depth, channel.raw.as_ptr(), choice)? {
+            Some(ex) => Ok(Cq {
+                raw: ex.as_cq(),
+                ex: Some(ex),
+                dev: Arc::clone(dev),
+            }),
+            None => Cq::create(dev, depth, Some(channel), "receive"),
+        }
+    }
+
+    /// Whether completions carry the NIC's timestamps.
+    pub(crate) fn stamps(&self) -> bool {
+        self.ex.as_ref().is_some_and(ExCq::stamps)
+    }
+
+    /// Polls up to `wcs.len()` completions into `wcs` and each one's NIC
+    /// receive time (host ns, 0 when not stamped) into `stamps`.
+    pub(crate) fn poll_stamped(&mut self, wcs: &mut [ibv_wc], stamps: &mut [u64]) -> Result<usize> {
+        match self.ex.as_mut() {
+            Some(ex) => {
+                let n = ex.poll(wcs, stamps)?;
+                if n == 0 && ex.stamps() {
+                    ex.idle();
+                }
+                Ok(n)
+            }
+            None => self.poll(wcs),
+        }
     }
 
     /// Polls up to `wcs.len()` completions into `wcs`; returns how many.

@@ -21,12 +21,14 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::server::Slab;
 use crate::server::{
-    Backend, BackendCounters, BackendInfo, Completion, CompletionKind, POLL_BATCH,
+    Backend, BackendCounters, BackendInfo, Completion, CompletionKind, RxTimeSource, POLL_BATCH,
 };
 use crate::sys::poll_readable;
 
+mod cq_ex;
 mod dl;
 mod ibv;
+mod nic_clock;
 mod transitions;
 mod watch;
 
@@ -165,6 +167,9 @@ pub struct DeviceInfo {
     pub fw_ver: String,
     /// Max receive WRs per QP.
     pub max_qp_wr: u32,
+    /// The rate of the clock the device stamps completions with (kHz;
+    /// None: it stamps none, frames carry the host clock at poll).
+    pub completion_clock_khz: Option<u64>,
     /// Ports.
     pub ports: Vec<PortInfo>,
 }
@@ -335,6 +340,7 @@ impl VerbsDevice {
             name: self.name.clone(),
             fw_ver,
             max_qp_wr: attr.max_qp_wr.max(0) as u32,
+            completion_clock_khz: cq_ex::device_clock(self).map(|(khz, _)| khz),
             ports,
         })
     }
@@ -362,6 +368,8 @@ pub(crate) struct VerbsBackend {
     slab: Arc<Slab>,
     gid: Gid,
     wcs: Vec<ibv_wc>,
+    /// The NIC's receive time of each of `wcs` (host ns; 0: not stamped).
+    stamps: Vec<u64>,
     sges: Vec<ibv_sge>,
     wrs: Vec<ibv_recv_wr>,
     /// The port's responder counters: restarted and stale peers.
@@ -399,7 +407,7 @@ impl VerbsBackend {
         let mr =
             unsafe { Mr::register(&dev, slab.base_ptr(), slab.len() as usize, access, "slab") }?;
         let channel = CompChannel::create(&dev)?;
-        let cq = Cq::create(&dev, depth, Some(&channel), "receive")?;
+        let cq = Cq::create_receive(&dev, depth, &channel, cq_ex::CqChoice::from_env()?)?;
         let qp = Qp::create_rc(&dev, &cq, 1, depth, "QP")?;
         let gid = dev.query_gid(dev.ib_port, dev.gid_index as u32)?;
         if gid.is_zero() {
@@ -421,6 +429,7 @@ impl VerbsBackend {
             wcs: (0..POLL_BATCH)
                 .map(|_| unsafe { std::mem::zeroed() })
                 .collect(),
+            stamps: vec![0; POLL_BATCH],
             sges: Vec::with_capacity(depth as usize),
             wrs: Vec::with_capacity(depth as usize),
             watch: watch::PeerWatch::new(&dev.name, dev.ib_port),
@@ -513,11 +522,19 @@ impl Backend for VerbsBackend {
         Ok(())
     }
 
+    fn stamp_receives(&mut self) -> Result<bool> {
+        Ok(self.cq.stamps())
+    }
+
+    fn stamp_source(&self) -> RxTimeSource {
+        RxTimeSource::Nic
+    }
+
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<()> {
-        let n = self.cq.poll(&mut self.wcs)?;
+        let n = self.cq.poll_stamped(&mut self.wcs, &mut self.stamps)?;
         self.posted = self.posted.saturating_sub(n as u32);
         let slots = self.slab.slots();
-        for wc in &self.wcs[..n] {
+        for (wc, &rx_ns) in self.wcs[..n].iter().zip(&self.stamps) {
             let slot = wc.wr_id as u32;
             if wc.wr_id >= slots as u64 {
                 log::warn!(
@@ -551,11 +568,7 @@ impl Backend for VerbsBackend {
                     code: wc.status,
                 }
             };
-            out.push(Completion {
-                slot,
-                kind,
-                rx_ns: 0,
-            });
+            out.push(Completion { slot, kind, rx_ns });
         }
         let ok = |wc: &&ibv_wc| wc.status == ibv_wc_status::IBV_WC_SUCCESS;
         match self.wcs[..n].iter().rev().find(ok) {

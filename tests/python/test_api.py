@@ -330,3 +330,17 @@ def test_pattern_check_is_the_librarys():
         rocev2.pattern_check(bad)
     with pytest.raises(ValueError, match=r"frame of 3 bytes is too short"):
         rocev2.pattern_check(b"abc")
+
+
+def test_the_receive_time_source_follows_the_headers_flags():
+    """rocev2_frame.flags' receive-time bits (include/rocev2.h) name the
+    stamp: kernel (soft), nic (verbs on a device that stamps completions),
+    poll (verbs otherwise)."""
+    from rocev2 import _cdecl
+    from rocev2._frames import _rx_source
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "rocev2.h")).read()
+    for name, value in (("KERNEL", _cdecl.FRAME_RX_TIME_KERNEL), ("NIC", _cdecl.FRAME_RX_TIME_NIC)):
+        assert f"#define ROCEV2_FRAME_RX_TIME_{name} {value}\n" in header, name
+    assert _rx_source(_cdecl.FRAME_RX_TIME_KERNEL | _cdecl.FRAME_HAS_IMMEDIATE) == "kernel"
+    assert _rx_source(_cdecl.FRAME_RX_TIME_NIC | _cdecl.FRAME_HAS_IMMEDIATE) == "nic"
+    assert _rx_source(4) == "poll"

@@ -34,10 +34,20 @@ pub fn run() -> Outcome {
             match d {
                 Ok(d) => {
                     outln!(
-                        "  device {}  fw {}  max_qp_wr {}",
+                        "  device {}  fw {}  max_qp_wr {}  {}",
                         d.name,
                         d.fw_ver,
-                        d.max_qp_wr
+                        d.max_qp_wr,
+                        match d.completion_clock_khz {
+                            Some(khz) => format!(
+                                "completion timestamps (NIC clock {:.2} MHz): frames carry the \
+                                 NIC's receive time",
+                                khz as f64 / 1000.0
+                            ),
+                            None => "no completion timestamps: frames carry the host clock at \
+                                     poll"
+                                .to_string(),
+                        }
                     )?;
                     for p in d.ports {
                         outln!(
