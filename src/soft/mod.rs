@@ -11,10 +11,12 @@
 //!   payloads belong so the kernel writes them straight into their slots;
 //! - this module, the driver: `Backend::poll` runs one receive batch
 //!   through the pipeline: plan landings -> recvmmsg (`crate::net`) -> per
-//!   datagram: filter and parse -> ICRC check -> responder -> place (direct,
-//!   or copied when the guess missed) -> completions; then the coalesced
-//!   ACK/NAKs go out with sendmmsg (their ICRC computed for IP ID 0 / DF,
-//!   what Linux sends from this socket) and the counters are published.
+//!   packet, `receive`: one `net::Datagram` read once -> filter and parse ->
+//!   ICRC check -> responder -> place (direct, or copied when the guess
+//!   missed) -> completions; then `replies`: the coalesced ACK/NAKs go out
+//!   with sendmmsg (their ICRC computed for IP ID 0 / DF, what Linux sends
+//!   from this socket), and `counts`: the counters are published;
+//! - `peers`: the FPGA addresses this process's servers claim.
 //!
 //! Received ICRCs are checked when the process may open a raw capture
 //! (CAP_NET_RAW; `icrc_check` auto or require); otherwise packets are counted
