@@ -91,14 +91,12 @@ fn steers_replies(v: &Verdict) -> bool {
     )
 }
 
-/// A landing guess missed at packet `i`: read it and the rest of the batch
-/// the slow way, before any copy can overwrite where they landed; returns
-/// packet `i` read anew.
+/// A landing guess missed at packet `i` (the first of the batch to miss):
+/// read it and the rest of the batch the slow way, before any copy can
+/// overwrite where they landed; returns packet `i` read anew, whole.
 fn miss<'a>(io: &'a mut UdpIo, slab: &Slab, batch: &mut Batch, i: usize) -> Result<Datagram<'a>> {
-    if !batch.missed {
-        batch.missed = true;
-        io.gather_rest(i, batch.n, slab)?;
-    }
+    batch.missed = true;
+    io.gather_rest(i, batch.n, slab)?;
     Ok(io.datagram(i))
 }
 
@@ -120,6 +118,7 @@ impl SoftBackend {
         let req = match self.rx.parse(&d) {
             Parsed::Request(r) => r,
             Parsed::Skip => return Ok(()),
+            // Only before the batch missed: from there on all is whole.
             Parsed::Gather => {
                 // The guess was wrong (place, headers or size differ).
                 d = miss(&mut self.io, &self.rx.slab, batch, i)?;
@@ -138,7 +137,10 @@ impl SoftBackend {
         if matches!(req.landed, Some(l) if l.slot == slot && l.offset == offset) {
             self.rx.own.payload_direct += 1;
         } else {
-            d = miss(&mut self.io, &self.rx.slab, batch, i)?;
+            // Once the batch missed, the rest was gathered: `d` is whole.
+            if !batch.missed {
+                d = miss(&mut self.io, &self.rx.slab, batch, i)?;
+            }
             self.rx.copy(&d, &req, slot, offset)?;
         }
         if d.starts_merge {
