@@ -113,7 +113,7 @@ fn latest_count(io: &mut UdpIo) -> Result<Option<u64>> {
     loop {
         let n = io.recv_batch()?;
         for i in 0..n {
-            if let Ok(b) = <[u8; 8]>::try_from(io.datagram(i).0) {
+            if let Ok(b) = <[u8; 8]>::try_from(io.datagram(i).bytes()) {
                 latest = latest.max(Some(u64::from_le_bytes(b)));
             }
         }

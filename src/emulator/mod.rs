@@ -494,11 +494,11 @@ impl FpgaEmulator {
                 break;
             }
             for i in 0..n {
-                let (data, from, _) = self.io.datagram(i);
+                let d = self.io.datagram(i);
                 self.stats.packets_rx += 1;
-                let ack = match Packet::parse(data) {
+                let ack = match Packet::parse(d.bytes()) {
                     Ok(p)
-                        if *from.ip() == *self.cfg.host.ip()
+                        if *d.from.ip() == *self.cfg.host.ip()
                             && p.bth.opcode == Opcode::Acknowledge
                             && p.bth.dest_qp == self.cfg.qpn =>
                     {

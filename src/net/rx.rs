@@ -23,6 +23,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 
+use super::datagram::{Body, Datagram};
 use super::{iovec, to_v4, Landing, UdpIo, MAX_DATAGRAM};
 use crate::error::{Error, ErrorKind, Result};
 use crate::server::Slab;
@@ -98,7 +99,8 @@ pub(super) struct RxMsg {
 /// One segment (packet) of the last batch.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Seg {
-    msg: u16,
+    /// Its datagram's entry.
+    pub(super) msg: u16,
     /// Its index in its datagram, and where it starts there (after the prefix).
     k: u16,
     at: u32,
@@ -284,6 +286,46 @@ impl RxMsg {
             });
             at += len;
             k += 1;
+        }
+    }
+
+    /// Segment `s` of what was received, as a [`Datagram`].
+    pub(super) fn datagram(&self, s: Seg) -> Datagram<'_> {
+        let n = s.len as usize;
+        let body = match (self.scattered, s.planned) {
+            (true, Some(j)) => {
+                let p = self.planned[j as usize];
+                let head = n.min(p.l.head as usize);
+                let rest = n - head - (n - head).min(p.l.len as usize);
+                let tail = match p.rest_at {
+                    Some(o) => &self.stage[o..o + rest],
+                    None => &self.spill[..rest],
+                };
+                Body::Landed {
+                    head: &self.stage[p.head_at..p.head_at + head],
+                    landing: p.l,
+                    tail,
+                }
+            }
+            // Not landed and not gathered: nothing readable yet.
+            (true, None) => Body::Scattered,
+            (false, _) => {
+                let at = self.pre + s.at as usize;
+                Body::Whole(&self.lin[at..at + n])
+            }
+        };
+        Datagram {
+            from: self.from,
+            truncated: self.truncated,
+            rx_ns: self.stamp_ns,
+            len: n,
+            body,
+            starts_merge: s.k == 0 && self.payload > self.seg_size,
+            // Segment k of a GSO packet: the IP ID segmentation gives it.
+            icrc: self.ctx.map(|c| Ipv4Udp {
+                ip_id: c.ip_id.wrapping_add(s.k),
+                ..c
+            }),
         }
     }
 
@@ -555,104 +597,6 @@ impl UdpIo {
         }
         self.note_merges(merged, raw);
         Ok(self.segs.len())
-    }
-
-    /// The receiver placed segment `i` as a message start (`continuation`
-    /// false) or further in a message: when it began a merged datagram,
-    /// that is where entries are planned to begin from now on.
-    pub(crate) fn note_placed(&mut self, i: usize, continuation: bool) {
-        let s = self.segs[i];
-        let rx = &self.rx[s.msg as usize];
-        if s.k == 0 && rx.payload > rx.seg_size {
-            self.split_mid = continuation;
-        }
-    }
-
-    /// Segment `i` of the last batch: its bytes (for a segment that landed
-    /// in the slab and is not gathered, only its headers), sender, and
-    /// whether it is unusable (truncated, or a bad raw IP/UDP header).
-    pub fn datagram(&self, i: usize) -> (&[u8], SocketAddrV4, bool) {
-        let s = self.segs[i];
-        let rx = &self.rx[s.msg as usize];
-        let bytes = match (rx.scattered, s.planned) {
-            (true, Some(j)) => {
-                let p = rx.planned[j as usize];
-                let n = (s.len as usize).min(p.l.head as usize);
-                &rx.stage[p.head_at..p.head_at + n]
-            }
-            // Not landed and not gathered: nothing readable yet.
-            (true, None) => &[][..],
-            (false, _) => {
-                let at = rx.pre + s.at as usize;
-                &rx.lin[at..at + s.len as usize]
-            }
-        };
-        (bytes, rx.from, rx.truncated)
-    }
-
-    /// The kernel's receive stamp of segment `i` of the last batch (its
-    /// datagram's: merged segments share it), CLOCK_REALTIME ns; 0 when
-    /// not asked for.
-    pub fn rx_stamp(&self, i: usize) -> u64 {
-        self.rx[self.segs[i].msg as usize].stamp_ns
-    }
-
-    /// Where segment `i` of the last batch landed (`None`: whole in a
-    /// staging buffer, or still to be gathered: see [`scattered`](Self::scattered)).
-    pub fn landing(&self, i: usize) -> Option<Landing> {
-        let s = self.segs[i];
-        let rx = &self.rx[s.msg as usize];
-        match (rx.scattered, s.planned) {
-            (true, Some(j)) => Some(rx.planned[j as usize].l),
-            _ => None,
-        }
-    }
-
-    /// True when segment `i`'s bytes are still in pieces (gather to read it whole).
-    pub fn scattered(&self, i: usize) -> bool {
-        self.rx[self.segs[i].msg as usize].scattered
-    }
-
-    /// Segment `i`'s length on the wire.
-    pub fn len(&self, i: usize) -> usize {
-        self.segs[i].len as usize
-    }
-
-    /// Raw capture: whether segment `i`'s ICRC is right (`None` when not in
-    /// raw mode). Reads a scattered payload where it landed in the slab.
-    pub(crate) fn icrc_ok(&mut self, i: usize, slab: &Slab) -> Option<bool> {
-        let s = self.segs[i];
-        let rx = &self.rx[s.msg as usize];
-        let mut ctx = rx.ctx?;
-        // Segment k of a GSO packet: the IP ID segmentation gives it.
-        ctx.ip_id = ctx.ip_id.wrapping_add(s.k);
-        let cache = &mut self.icrc;
-        let n = s.len as usize;
-        Some(match (rx.scattered, s.planned) {
-            (true, Some(j)) => {
-                let p = rx.planned[j as usize];
-                let head = n.min(p.l.head as usize);
-                let body = (n - head).min(p.l.len as usize);
-                let rest = n - head - body;
-                let Some(at) = slab.receive_region(p.l.slot, p.l.offset, body as u32) else {
-                    return Some(false);
-                };
-                // SAFETY: receive_region vouched for `body` receiver-owned
-                // bytes that the last recvmmsg wrote; nothing writes them
-                // while this slice lives (it ends with this call).
-                let part = unsafe { std::slice::from_raw_parts(at.as_ptr(), body) };
-                let tail = match p.rest_at {
-                    Some(o) => &rx.stage[o..o + rest],
-                    None => &rx.spill[..rest],
-                };
-                cache.verify_parts(&ctx, &[&rx.stage[p.head_at..p.head_at + head], part, tail])
-            }
-            (true, None) => false,
-            (false, _) => {
-                let at = rx.pre + s.at as usize;
-                cache.verify_parts(&ctx, &[&rx.lin[at..at + n]])
-            }
-        })
     }
 
     /// Copies segment `i`'s datagram back together (the slow path when a

@@ -11,10 +11,12 @@
 //!   payloads belong so the kernel writes them straight into their slots;
 //! - this module, the driver: `Backend::poll` runs one receive batch
 //!   through the pipeline: plan landings -> recvmmsg (`crate::net`) -> per
-//!   datagram: filter and parse -> ICRC check -> responder -> place (direct,
-//!   or copied when the guess missed) -> completions; then the coalesced
-//!   ACK/NAKs go out with sendmmsg (their ICRC computed for IP ID 0 / DF,
-//!   what Linux sends from this socket) and the counters are published.
+//!   packet, `receive`: one `net::Datagram` read once -> filter and parse ->
+//!   ICRC check -> responder -> place (direct, or copied when the guess
+//!   missed) -> completions; then `replies`: the coalesced ACK/NAKs go out
+//!   with sendmmsg (their ICRC computed for IP ID 0 / DF, what Linux sends
+//!   from this socket), and `counts`: the counters are published;
+//! - `peers`: the FPGA addresses this process's servers claim.
 //!
 //! Received ICRCs are checked when the process may open a raw capture
 //! (CAP_NET_RAW; `icrc_check` auto or require); otherwise packets are counted
@@ -23,32 +25,35 @@
 
 #[cfg(test)]
 mod backend_tests;
+mod counts;
 mod landing;
 #[cfg(fuzzing)]
 pub(crate) use landing::fuzz as landing_fuzz;
+mod peers;
+mod receive;
+mod replies;
 pub mod responder;
 #[cfg(test)]
 mod sim_tests;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::{ConnectParams, IcrcCheck, SoftConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::gid::Gid;
 use crate::net::{self, Landing, UdpIo};
-use crate::server::latency::{self, Histogram};
+use crate::server::latency::Histogram;
 use crate::server::Slab;
-use crate::server::{
-    Backend, BackendCounters, BackendInfo, Completion, CompletionKind, SoftCounters, POLL_BATCH,
-};
+use crate::server::{Backend, BackendCounters, BackendInfo, Completion, SoftCounters, POLL_BATCH};
 use crate::sys::{poll_readable, random_u32};
-use crate::wire::icrc::{IcrcCache, Ipv4Udp};
-use crate::wire::{Aeth, Bth, Headers, Opcode, Packet, MASK_24};
-use landing::{Planner, Targets};
-use responder::{DropReason, Responder, ResponderConfig, ResponderStats, Restart, Verdict};
+use crate::wire::icrc::IcrcCache;
+use crate::wire::MASK_24;
+use landing::Targets;
+use peers::PeerEntry;
+use receive::{Batch, Pipeline};
+use responder::{Responder, ResponderConfig};
 
 /// AckReq packets (message ends) the responder ACKs at least every: surf's
 /// engine keeps at most 4 messages un-ACKed, so the host ACKs every 4
@@ -126,7 +131,7 @@ struct Link {
     peer_qpn: u32,
     /// With `peer_udp_port` 0: the FPGA's source port, learned from the
     /// last packet the responder took as this QP's stream (see
-    /// [`steers_replies`]); replies go nowhere else, so packets it rejects
+    /// `receive::steers_replies`); replies go nowhere else, so packets it rejects
     /// or has seen (another QP's, stale, out of sequence, duplicates)
     /// cannot steer the ACKs.
     reply_port: Option<u16>,
@@ -136,111 +141,13 @@ struct Link {
     _peer: PeerEntry,
 }
 
-/// True when the packet may set where ACKs go (`peer_udp_port` 0): the
-/// responder took it as this QP's stream at its head: placed (it advanced
-/// the stream), or in sequence and refused (an RNR or invalid-request NAK,
-/// at the expected PSN). Not: another QP's, stale, ahead of the expected
-/// PSN, or a duplicate (behind it: anyone who saw the stream can send one;
-/// its re-ACK goes where the stream's ACKs go). The real FPGA's next
-/// packet in sequence teaches the port again.
-fn steers_replies(v: &Verdict) -> bool {
-    !matches!(
-        v,
-        Verdict::Drop(
-            DropReason::WrongQp
-                | DropReason::Stale
-                | DropReason::OutOfSequence
-                | DropReason::Duplicate
-        )
-    )
-}
-
-/// The FPGA addresses the servers of this process receive from, per local
-/// address: the kernel steers a shared port's packets by their source
-/// (`UdpIo::connect_peer`), so two servers whose FPGA addresses overlap
-/// (one address, and the same port or either port 0) could not tell their
-/// packets apart: the second is refused.
-static PEERS: std::sync::Mutex<Vec<(SocketAddrV4, SocketAddrV4, u64)>> =
-    std::sync::Mutex::new(Vec::new());
-
-/// One server's claim on its FPGA's address; released on drop.
-struct PeerEntry(u64);
-
-impl PeerEntry {
-    fn claim(local: SocketAddrV4, peer: SocketAddrV4) -> Result<PeerEntry> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let mut all = PEERS.lock().unwrap_or_else(|e| e.into_inner());
-        let overlaps = |p: &SocketAddrV4| {
-            p.ip() == peer.ip() && (p.port() == 0 || peer.port() == 0 || p.port() == peer.port())
-        };
-        if let Some((_, other, _)) = all.iter().find(|(l, p, _)| *l == local && overlaps(p)) {
-            let port = |p: &SocketAddrV4| match p.port() {
-                0 => "any port".to_string(),
-                n => format!("port {n}"),
-            };
-            return Err(Error::invalid(format!(
-                "another server of this process on {local} already receives from FPGA {} ({}); \
-                 this one would receive from {} ({}): the servers of one address and port are \
-                 told apart by their FPGA's source address and port. Give each FPGA its own IP \
-                 address, or give them fixed, different source ports (peer_udp_port, not 0)",
-                other.ip(),
-                port(other),
-                peer.ip(),
-                port(&peer)
-            )));
-        }
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        all.push((local, peer, id));
-        Ok(PeerEntry(id))
-    }
-}
-
-impl Drop for PeerEntry {
-    fn drop(&mut self) {
-        let mut all = PEERS.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|e| e.2 != self.0);
-    }
-}
-
-/// The driver's own counts (the responder keeps the protocol ones); both
-/// are published to the shared [`SoftCounters`] after each batch.
-#[derive(Debug, Default)]
-struct DriverCounts {
-    packets_rx: u64,
-    packets_tx: u64,
-    foreign: u64,
-    malformed: u64,
-    icrc_errors: u64,
-    icrc_unchecked: u64,
-    icrc_checked: u64,
-    payload_direct: u64,
-    payload_copied: u64,
-}
-
-/// One receive batch in progress.
-struct Batch {
-    /// Datagrams received.
-    n: usize,
-    /// Set at the first packet that did not land where it belongs: from
-    /// there on the batch is gathered and copied (the slow path).
-    missed: bool,
-}
-
-/// A parsed request packet and where its payload was scattered, if it was.
-struct Request {
-    bth: Bth,
-    imm: Option<u32>,
-    payload_len: usize,
-    landed: Option<Landing>,
-}
-
 pub(crate) struct SoftBackend {
     io: UdpIo,
     local: SocketAddrV4,
     peer_udp_port: u16,
-    slab: Arc<Slab>,
     counters: Arc<SoftCounters>,
-    own: DriverCounts,
+    /// The per-packet pipeline's state.
+    rx: Pipeline,
     qpn: u32,
     rkey: u32,
     posted_before_connect: Vec<u32>,
@@ -253,7 +160,6 @@ pub(crate) struct SoftBackend {
     /// The replies' ICRC pseudo-header state (one peer, one ACK length: kept).
     icrc: IcrcCache,
     plan: Vec<Landing>,
-    planner: Planner,
     /// Something the plan depends on changed (packets placed, slots
     /// posted): plan anew before the next receive, else keep the last plan.
     replan: bool,
@@ -261,14 +167,6 @@ pub(crate) struct SoftBackend {
     /// was read (and packets received by then).
     idle_polls: u32,
     drops_read_at: (std::time::Instant, u64),
-    /// Latency measured (`ServerConfig::measure_latency`): where the ACK
-    /// turnaround goes, and the receive stamps of the packets that asked
-    /// for an ACK not sent yet.
-    turnaround: Option<Arc<Histogram>>,
-    ack_due: Vec<u64>,
-    /// Messages refused for being larger than a slot (max_payload): the
-    /// first is a warning, the rest debug lines.
-    too_large: u64,
 }
 
 impl SoftBackend {
@@ -319,9 +217,8 @@ impl SoftBackend {
             io,
             local,
             peer_udp_port: dev.peer_udp_port,
-            slab: Arc::clone(slab),
             counters: Arc::default(),
-            own: DriverCounts::default(),
+            rx: Pipeline::new(slab, local),
             qpn: 2 + random_u32() % (MASK_24 - 1),
             rkey: random_u32(),
             posted_before_connect: Vec::new(),
@@ -330,13 +227,9 @@ impl SoftBackend {
             tx: Vec::new(),
             icrc: IcrcCache::default(),
             plan: Vec::with_capacity(net::MAX_SEGS.max(POLL_BATCH)),
-            planner: Planner::default(),
             replan: true,
             idle_polls: 0,
             drops_read_at: (std::time::Instant::now(), 0),
-            turnaround: None,
-            ack_due: Vec::new(),
-            too_large: 0,
         })
     }
 
@@ -372,19 +265,6 @@ impl SoftBackend {
         Ok(())
     }
 
-    fn read_kernel_drops(&mut self) {
-        self.idle_polls = 0;
-        self.drops_read_at = (std::time::Instant::now(), self.own.packets_rx);
-        let drops = self.io.kernel_drops();
-        let before = self.counters.socket_drops.swap(drops, Ordering::Relaxed);
-        if drops > before {
-            log::debug!(
-                "{} packets dropped by the kernel (socket buffer full): the receive thread fell behind",
-                drops - before
-            );
-        }
-    }
-
     /// One receive batch: plan, receive, each datagram through the
     /// pipeline, then replies and counters.
     fn poll_link(&mut self, link: &mut Link, out: &mut Vec<Completion>) -> Result<()> {
@@ -394,15 +274,15 @@ impl SoftBackend {
                 partial: r.partial(),
                 free: r.free_slots(),
                 pmtu: r.pmtu(),
-                slot_size: self.slab.slot_size(),
+                slot_size: self.rx.slab.slot_size(),
             };
             let max = self.io.plan_capacity();
-            self.planner.plan(&mut self.plan, max, targets);
+            self.rx.planner.plan(&mut self.plan, max, targets);
             Some(&self.plan[..])
         } else {
             None
         };
-        let n = self.io.recv_batch_into(Some(&self.slab), plan)?;
+        let n = self.io.recv_batch_into(Some(&self.rx.slab), plan)?;
         if n == 0 {
             // Idle: now and then, read what the kernel dropped meanwhile.
             self.idle_polls += 1;
@@ -416,301 +296,14 @@ impl SoftBackend {
         for i in 0..n {
             self.receive(link, &mut batch, i, out)?;
         }
+        if let Some(mid) = self.rx.merge_start.take() {
+            self.io.note_merge_start(mid);
+        }
         // The input batch is done: owe no ACK across it.
         link.resp.flush();
         self.send_replies(link)?;
-        self.publish(link.resp.stats());
+        self.rx.own.publish(&self.counters, link.resp.stats());
         Ok(())
-    }
-
-    /// One datagram: filter and parse -> ICRC -> responder -> place.
-    fn receive(
-        &mut self,
-        link: &mut Link,
-        batch: &mut Batch,
-        i: usize,
-        out: &mut Vec<Completion>,
-    ) -> Result<()> {
-        self.own.packets_rx += 1;
-        let Some(req) = self.parse(link.peer_ip, batch, i)? else {
-            return Ok(());
-        };
-        if !self.icrc_ok(i, req.bth.psn) {
-            return Ok(());
-        }
-        // A payload that landed at the start of a posted slot stays there.
-        let landed = req.landed.filter(|l| l.offset == 0).map(|l| l.slot);
-        let verdict = link
-            .resp
-            .on_packet_in(&req.bth, req.imm, req.payload_len, landed);
-        if steers_replies(&verdict) {
-            link.reply_port = Some(self.io.datagram(i).1.port());
-        }
-        if let Some(r) = link.resp.take_restart() {
-            // The open message (if any) was discarded with the old stream.
-            self.planner.discard_message();
-            log_restart(r, link.resp.stats().peer_restarts);
-        }
-        match verdict {
-            Verdict::Place { slot, offset, done } => {
-                if req.bth.ack_req && self.turnaround.is_some() {
-                    self.ack_due.push(self.io.rx_stamp(i));
-                }
-                self.place(batch, i, req.landed, slot, offset)?;
-                self.io.note_placed(i, offset > 0);
-                let head = req.bth.opcode.header_len() as u32;
-                let len = req.payload_len as u32;
-                self.planner.learn(offset, head, len, done.is_some());
-                if let Some(d) = done {
-                    let kind = CompletionKind::Recv {
-                        len: d.len,
-                        imm: d.imm,
-                    };
-                    let rx_ns = self.io.rx_stamp(i);
-                    out.push(Completion {
-                        slot: d.slot,
-                        kind,
-                        rx_ns,
-                    });
-                }
-            }
-            Verdict::Drop(DropReason::TooLarge { bytes }) => {
-                self.planner.discard_message();
-                self.log_too_large(bytes, req.bth.psn);
-            }
-            // A partial message was discarded with it.
-            Verdict::Drop(DropReason::InvalidOpcode | DropReason::BadLength) => {
-                self.planner.discard_message()
-            }
-            // Counted by the responder.
-            Verdict::Drop(_) => {}
-        }
-        Ok(())
-    }
-
-    /// A message larger than max_payload (the slot size) was refused with an
-    /// invalid-request NAK, which ends an IBA requester's QP: the user must
-    /// hear it where they look, with both sizes and what to do.
-    fn log_too_large(&mut self, bytes: u32, psn: u32) {
-        self.too_large += 1;
-        let max = self.slab.slot_size();
-        if self.too_large == 1 {
-            log::warn!(
-                "soft backend {}: a frame of at least {bytes} bytes (PSN {psn:#08x}) is larger \
-                 than max_payload {max}: refused with an invalid-request NAK (counted in \
-                 invalid_naks_tx), which is fatal to the FPGA's QP (it stops sending). Create \
-                 the server with max_payload at least the FPGA's largest frame (rocev2 recv \
-                 --max-payload), or have the FPGA send smaller frames",
-                self.local
-            );
-        } else {
-            log::debug!(
-                "soft backend {}: another frame of at least {bytes} bytes > max_payload {max} \
-                 refused (#{})",
-                self.local,
-                self.too_large
-            );
-        }
-    }
-
-    /// Filters datagram `i` (from the FPGA's address, parseable, a request)
-    /// and reads its headers: in place when it landed as planned, else from
-    /// the gathered datagram.
-    fn parse(&mut self, peer_ip: Ipv4Addr, batch: &mut Batch, i: usize) -> Result<Option<Request>> {
-        let (_, from, truncated) = self.io.datagram(i);
-        if truncated {
-            // Longer than MAX_DATAGRAM, or (raw capture) an IP/UDP header
-            // that does not add up.
-            self.own.malformed += 1;
-            log::debug!(
-                "datagram from {from} truncated (> {} bytes) or with a bad IP/UDP header",
-                net::MAX_DATAGRAM
-            );
-            return Ok(None);
-        }
-        if *from.ip() != peer_ip {
-            self.own.foreign += 1;
-            return Ok(None);
-        }
-        if let (Some(l), false) = (self.io.landing(i), batch.missed) {
-            let fits = Headers::parse(self.io.datagram(i).0, self.io.len(i))
-                .ok()
-                .filter(|h| {
-                    h.bth.opcode.is_send()
-                        && h.len == l.head as usize
-                        && h.payload_len <= l.len as usize
-                });
-            if let Some(h) = fits {
-                return Ok(Some(Request {
-                    bth: h.bth,
-                    imm: h.imm,
-                    payload_len: h.payload_len,
-                    landed: Some(l),
-                }));
-            }
-        }
-        if !batch.missed && self.io.scattered(i) {
-            // The guess was wrong (place, headers or size differ).
-            self.miss(batch, i)?;
-        }
-        match Packet::parse(self.io.datagram(i).0) {
-            Err(e) => {
-                self.own.malformed += 1;
-                log::debug!("malformed packet from {from}: {e}");
-                Ok(None)
-            }
-            // We only respond; an Acknowledge is not for us.
-            Ok(p) if p.bth.opcode == Opcode::Acknowledge => {
-                self.own.foreign += 1;
-                Ok(None)
-            }
-            Ok(p) => Ok(Some(Request {
-                bth: p.bth,
-                imm: p.imm,
-                payload_len: p.payload.len(),
-                landed: None,
-            })),
-        }
-    }
-
-    /// A landing guess missed at datagram `i`: read it and the rest of the
-    /// batch the slow way, before any copy can overwrite where they landed.
-    fn miss(&mut self, batch: &mut Batch, i: usize) -> Result<()> {
-        if batch.missed {
-            return Ok(());
-        }
-        batch.missed = true;
-        self.io.gather_rest(i, batch.n, &self.slab)
-    }
-
-    /// Raw capture: drops a packet whose ICRC is wrong (the requester
-    /// resends it after our sequence NAK for the next one, or its timeout).
-    fn icrc_ok(&mut self, i: usize, psn: u32) -> bool {
-        match self.io.icrc_ok(i, &self.slab) {
-            None => self.own.icrc_unchecked += 1,
-            Some(true) => self.own.icrc_checked += 1,
-            Some(false) => {
-                self.own.icrc_errors += 1;
-                let from = self.io.datagram(i).1;
-                log::debug!("bad ICRC on PSN {psn:#08x} from {from}: dropped");
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Puts datagram `i`'s payload at `offset` of `slot`, where the
-    /// responder placed it: already there when it landed there, else copied.
-    fn place(
-        &mut self,
-        batch: &mut Batch,
-        i: usize,
-        landed: Option<Landing>,
-        slot: u32,
-        offset: u32,
-    ) -> Result<()> {
-        if matches!(landed, Some(l) if l.slot == slot && l.offset == offset) {
-            self.own.payload_direct += 1;
-            return Ok(());
-        }
-        self.miss(batch, i)?;
-        let internal = |what: String| Error::new(ErrorKind::Internal, what);
-        let pkt = Packet::parse(self.io.datagram(i).0)
-            .map_err(|e| internal(format!("gathered packet no longer parses: {e}")))?;
-        let (at, payload) = (offset as usize, pkt.payload);
-        self.slab
-            .write_slot(slot, |b| b[at..at + payload.len()].copy_from_slice(payload))
-            .ok_or_else(|| {
-                internal(format!(
-                    "responder placed into slot {slot}, which is on loan"
-                ))
-            })?;
-        self.own.payload_copied += 1;
-        Ok(())
-    }
-
-    /// Sends the responder's replies (to the configured FPGA port, or the
-    /// port the FPGA's stream comes from).
-    fn send_replies(&mut self, link: &mut Link) -> Result<()> {
-        let port = match (self.peer_udp_port, link.reply_port) {
-            (0, Some(p)) => p,
-            (0, None) => {
-                // Nothing from the FPGA's stream yet: nowhere to reply.
-                self.ack_due.clear();
-                let dropped = link.resp.take_replies().count();
-                if dropped > 0 {
-                    log::debug!("{dropped} replies dropped: no packet of the stream seen yet");
-                }
-                return Ok(());
-            }
-            (p, _) => p,
-        };
-        let ctx = Ipv4Udp {
-            src: *self.local.ip(),
-            dst: link.peer_ip,
-            ip_id: 0,
-            dont_fragment: true,
-            src_port: link.tx_port,
-            dst_port: port,
-        };
-        let mut used = 0;
-        for r in link.resp.take_replies() {
-            if used == self.tx.len() {
-                self.tx.push(Vec::new());
-            }
-            let bth = Bth::new(Opcode::Acknowledge, link.peer_qpn, r.psn);
-            let aeth = Aeth {
-                syndrome: r.syndrome,
-                msn: r.msn,
-            };
-            self.icrc
-                .emit_sealed(&ctx, &bth, None, Some(aeth), &[], &mut self.tx[used]);
-            used += 1;
-        }
-        let dst = SocketAddrV4::new(link.peer_ip, port);
-        let sent = self.io.send_to(dst, &self.tx[..used])?;
-        self.own.packets_tx += sent as u64;
-        if let (Some(h), false) = (&self.turnaround, self.ack_due.is_empty()) {
-            let now = latency::now_ns();
-            for &rx_ns in &self.ack_due {
-                h.since(rx_ns, now);
-            }
-            self.ack_due.clear();
-        }
-        if sent < used {
-            log::debug!(
-                "{} of {used} replies not sent (socket buffer full)",
-                used - sent
-            );
-        }
-        Ok(())
-    }
-
-    /// Publishes the driver's and the responder's counts.
-    fn publish(&self, r: ResponderStats) {
-        let (c, o) = (&*self.counters, &self.own);
-        let all: [(&AtomicU64, u64); 17] = [
-            (&c.packets_rx, o.packets_rx),
-            (&c.packets_tx, o.packets_tx),
-            (&c.acks_tx, r.acks),
-            (&c.rnr_naks_tx, r.rnr_naks),
-            (&c.seq_naks_tx, r.seq_naks),
-            (&c.invalid_naks_tx, r.invalid_naks),
-            (&c.duplicates, r.duplicates),
-            (&c.out_of_sequence, r.out_of_sequence),
-            (&c.foreign_packets, o.foreign + r.wrong_qp),
-            (&c.malformed, o.malformed),
-            (&c.icrc_errors, o.icrc_errors),
-            (&c.icrc_unchecked, o.icrc_unchecked),
-            (&c.icrc_checked, o.icrc_checked),
-            (&c.payload_direct, o.payload_direct),
-            (&c.payload_copied, o.payload_copied),
-            (&c.stale_packets, r.stale),
-            (&c.peer_restarts, r.peer_restarts),
-        ];
-        for (counter, value) in all {
-            counter.store(value, Ordering::Relaxed);
-        }
     }
 }
 
@@ -728,34 +321,6 @@ fn set_busy_poll(io: &mut UdpIo, local: SocketAddrV4, us: u32) {
              needs Linux >= 6.4 or CAP_NET_ADMIN; SO_PREFER_BUSY_POLL needs CAP_NET_ADMIN): \
              the socket is read without it",
             e.message()
-        );
-    }
-}
-
-/// A peer restart is rare and an operator must hear of it: one warning each.
-fn log_restart(r: Restart, count: u64) {
-    if r.resynced {
-        log::warn!(
-            "peer restart #{count}: the FPGA sent a new message at PSN {:#08x} (the \
-             connection's first) where {:#08x} was expected ({} stale packets before it): it \
-             was re-programmed or reset and started over with the same host params. \
-             Re-synchronised to its new stream (MSN 0); frames it had sent before and not had \
-             ACKed are gone with its old state. To start from a clean state instead, stop and \
-             re-create the server and program the FPGA with the new host params",
-            r.psn,
-            r.expected_psn,
-            r.stale_before
-        );
-    } else {
-        log::warn!(
-            "peer restart #{count} suspected: {} packets in a row far from the expected PSN \
-             {:#08x} (the last at {:#08x}): the FPGA restarted at another PSN or was \
-             programmed with a wrong one. Nothing is ACKed or delivered until it sends from \
-             the connection's first PSN (the host SQ PSN): re-program it with the host params, \
-             or stop and re-create the server",
-            r.stale_before,
-            r.expected_psn,
-            r.psn
         );
     }
 }
@@ -797,7 +362,7 @@ impl Backend for SoftBackend {
             ResponderConfig {
                 qpn: self.qpn,
                 pmtu: p.pmtu.bytes(),
-                slot_size: self.slab.slot_size(),
+                slot_size: self.rx.slab.slot_size(),
                 min_rnr_timer: p.min_rnr_timer.code() as u8,
                 ack_every: ACK_EVERY,
             },
@@ -852,11 +417,11 @@ impl Backend for SoftBackend {
         // (a syscall a wake-up need not pay); a count owed from packets since
         // the last read is read when the link stays idle that long.
         let now = std::time::Instant::now();
-        let owed = self.own.packets_rx != self.drops_read_at.1;
+        let owed = self.rx.own.packets_rx != self.drops_read_at.1;
         if owed && now.duration_since(self.drops_read_at.0) >= DROPS_EVERY {
             self.read_kernel_drops();
         }
-        let owed = self.own.packets_rx != self.drops_read_at.1;
+        let owed = self.rx.own.packets_rx != self.drops_read_at.1;
         let timeout = if owed {
             DROPS_EVERY.as_millis() as i32
         } else {
@@ -880,7 +445,7 @@ impl Backend for SoftBackend {
     }
 
     fn packets_seen(&self) -> u64 {
-        self.own.packets_rx
+        self.rx.own.packets_rx
     }
 
     fn stamp_receives(&mut self) -> Result<bool> {
@@ -890,8 +455,8 @@ impl Backend for SoftBackend {
 
     fn measure_latency(&mut self, turnaround: Arc<Histogram>) -> Result<()> {
         self.io.enable_rx_timestamps()?;
-        self.ack_due.reserve(POLL_BATCH * 2);
-        self.turnaround = Some(turnaround);
+        self.rx.ack_due.reserve(POLL_BATCH * 2);
+        self.rx.turnaround = Some(turnaround);
         log::info!(
             "soft backend {}: measuring latency (kernel receive stamps, SO_TIMESTAMPNS): ACK \
              turnaround and frame delivery",
