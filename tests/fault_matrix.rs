@@ -36,12 +36,6 @@ struct Rig {
 /// answering still fails the test, after it.
 const STALL_BUDGET: Duration = Duration::from_secs(10);
 
-/// Retries in a row at ACK timeout `code` that last `budget`.
-fn retries_for(budget: Duration, code: u8) -> u32 {
-    let timeout = rocev2::emulator::requester::RequesterConfig::timeout_from_code(code);
-    (budget.as_nanos() as u64).div_ceil(timeout) as u32
-}
-
 fn rig(faults: Faults, depth: u32) -> Rig {
     rig_icrc(faults, depth, IcrcCheck::Auto)
 }
@@ -68,7 +62,7 @@ fn rig_icrc(faults: Faults, depth: u32, icrc_check: IcrcCheck) -> Rig {
     let mut c = EmulatorConfig::for_server(&hp).unwrap();
     c.faults = faults;
     c.timeout_code = 12;
-    c.retry_cnt = retries_for(STALL_BUDGET, c.timeout_code);
+    c.retries_for_stall(STALL_BUDGET);
     let emu = FpgaEmulator::new(c).unwrap();
     server.set_fpga_gid(emu.gid()).unwrap();
     let next = Arc::new(AtomicU64::new(0));

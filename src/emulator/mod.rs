@@ -161,6 +161,21 @@ impl EmulatorConfig {
         ))
     }
 
+    /// Raises `retry_cnt` so that ACK timeouts in a row without progress
+    /// last at least `stall` at `timeout_code` (0: never times out, left
+    /// as is). An emulator on the host's own machine shares the machine's
+    /// stalls: on a loaded 2-CPU host a thread asleep for 1 ms woke up to
+    /// 600 ms late (issue 38), so surf's 7 short timeouts blame the host for
+    /// the machine; a host that truly stops answering is still found, after
+    /// `stall`.
+    pub fn retries_for_stall(&mut self, stall: Duration) {
+        let timeout = RequesterConfig::timeout_from_code(self.timeout_code);
+        if self.timeout_code != 0 {
+            let n = (stall.as_nanos() as u64).div_ceil(timeout);
+            self.retry_cnt = self.retry_cnt.max(n.min(u32::MAX as u64) as u32);
+        }
+    }
+
     /// The engine as pyrogue programs it: pmtu 4096, a window of 4 messages,
     /// timeout 14, rnr_retry 7; retry 7 (pyrogue: 3).
     pub fn new(bind: SocketAddrV4, host: SocketAddrV4, host_qpn: u32, start_psn: u32) -> Self {
@@ -603,6 +618,21 @@ impl FpgaEmulator {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_retry_budget_spans_the_stall_at_the_timeout_and_never_shrinks() {
+        let host = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 4791);
+        let mut c = super::EmulatorConfig::new(host, host, 2, 0);
+        c.timeout_code = 12; // 4.096 us << 12 = 16.777 ms
+        c.retries_for_stall(std::time::Duration::from_secs(10));
+        assert_eq!(c.retry_cnt, 597, "10 s / 16.777 ms, rounded up");
+        c.retries_for_stall(std::time::Duration::from_millis(1));
+        assert_eq!(c.retry_cnt, 597, "a shorter budget keeps the larger count");
+        let mut never = super::EmulatorConfig::new(host, host, 2, 0);
+        never.timeout_code = 0; // never times out: nothing to budget
+        never.retries_for_stall(std::time::Duration::from_secs(10));
+        assert_eq!(never.retry_cnt, 7);
+    }
+
     use super::*;
     use std::net::{Ipv4Addr, UdpSocket};
 
